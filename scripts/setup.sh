@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Install everything the project needs into .venv (idempotent; fast when nothing changed).
+# Versions are pinned by services/constraints.txt; pip's cache makes reruns quick.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+python=${GRIDSTAT_PYTHON:-python3}
+stamp=.venv/.gridstat-setup
+want=$(cat services/pyproject.toml services/constraints.txt | sha256sum | cut -c1-16)
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+  exit 0
+fi
+echo "== setup: installing gridstat and its tools into .venv" >&2
+[ -x .venv/bin/python ] || "$python" -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/pip install -q -c services/constraints.txt -e "services[dev]"
+# atheris (coverage-guided fuzzing) is optional: it needs a compiler; hypothesis covers the parsers without it.
+.venv/bin/pip install -q -c services/constraints.txt atheris >/dev/null 2>&1 \
+  || echo "setup: atheris did not install; the atheris fuzz run will be skipped (hypothesis still runs)" >&2
+echo "$want" > "$stamp"

@@ -1,0 +1,52 @@
+"""``gridstat``: one command, a subcommand per role or tool.
+
+Subcommands import their modules lazily so that ``gridstat --help`` is fast
+and a role's dependencies are only loaded by that role.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from gridstat.errors import GridStatError
+
+#: subcommand -> (module with add_arguments(parser) and run(args) -> int, help)
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "up": ("gridstat.demo.main", "run the embedded example utility (or a topology file) on 127.0.0.1"),
+    "demo": ("gridstat.demo.main", "alias of 'up'"),
+    "router": ("gridstat.router.main", "run one status router process"),
+    "bench": ("gridstat.bench.main", "benchmarks: 'gridstat bench router', 'gridstat bench tables'"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gridstat", description=__doc__.splitlines()[0] if __doc__ else None)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module, help_text) in SUBCOMMANDS.items():
+        p = sub.add_parser(name, help=help_text)
+        p.set_defaults(_module=module)
+        importlib.import_module(module).add_arguments(p)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv:
+        argv = ["up"]  # the embedded default: the demo utility
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    module = importlib.import_module(args._module)
+    try:
+        return int(module.run(args))
+    except GridStatError as exc:
+        print(f"gridstat {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

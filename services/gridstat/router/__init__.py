@@ -1,0 +1,1 @@
+"""The status router: routing tables, event channels and the forwarding process."""

@@ -1,0 +1,194 @@
+"""Event channels of a status router: per-priority send queues, packing, counters, liveness.
+
+One ``EventChannel`` per neighbour (router, subscriber or publisher). Outgoing
+events wait in seven lists, one per priority (0 = alert ... 6 = low); the
+forwarding loop only appends to them. ``flush`` empties them in priority order,
+alerts first, packing as many events per datagram as the MTU allows (GridStat
+packs per outgoing link when it can do so without blocking, 2.1.4). The queues
+are bounded: what cannot be sent is kept up to ``capacity`` events and the rest
+is dropped lowest priority first, each drop counted by reason.
+
+A channel to another router is watched by pings (3.1.4): when nothing has been
+heard for ``failure_timeout`` it is marked down, its events are dropped with
+reason ``link_down`` (as GridStat does) and the router reports the change.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from gridstat.core import wire
+from gridstat.core.model import PRIORITIES
+from gridstat.core.wire import DropReason
+from gridstat.errors import ValidationError
+
+_HEADER_PACK = wire.HEADER.pack
+_MAGIC = wire.MAGIC
+_VERSION = wire.WIRE_VERSION
+_KIND_EVENTS = wire.KIND_EVENTS
+_HEADER_SIZE = wire.HEADER_SIZE
+
+SendTo = Callable[[bytes, tuple[str, int]], object]
+
+
+class ChannelKind(enum.Enum):
+    ROUTER = "router"
+    SUBSCRIBER = "subscriber"
+    PUBLISHER = "publisher"
+
+
+class PriorityQueue:
+    """One priority level of one channel; ``push`` is the bound ``append`` the hot loop calls."""
+
+    __slots__ = ("channel", "events", "filtered", "priority", "push")
+
+    def __init__(self, channel: EventChannel, priority: int) -> None:
+        self.channel = channel
+        self.priority = priority
+        self.events: list[bytes] = []
+        self.push = self.events.append
+        self.filtered = 0
+
+
+@dataclass
+class ChannelStats:
+    events_in: int = 0
+    datagrams_in: int = 0
+    events_sent: int = 0
+    datagrams_sent: int = 0
+    drops: Counter[str] = field(default_factory=Counter)
+
+
+class EventChannel:
+    """One event channel; inbound from ``peer_id``, outbound to ``address`` (if any)."""
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        peer_id: int,
+        kind: ChannelKind,
+        address: tuple[str, int] | None,
+        sender_id: int,
+        mtu: int = wire.DEFAULT_MTU,
+        capacity: int = 4096,
+        level: int = 1,
+    ) -> None:
+        if not name:
+            raise ValidationError("channel name must not be empty", field="name")
+        if not 0 <= peer_id <= 0xFFFF_FFFF:
+            raise ValidationError(f"peer id {peer_id} is outside 0..2**32-1", field="peer_id")
+        if not wire.HEADER_SIZE + wire.EVENT_HEAD_SIZE + wire.SCALAR_SIZE <= mtu <= wire.MAX_DATAGRAM:
+            raise ValidationError(f"mtu {mtu} is outside {wire.HEADER_SIZE + 24}..{wire.MAX_DATAGRAM}",
+                                  field="mtu")
+        if capacity < 1:
+            raise ValidationError(f"queue capacity must be at least 1, got {capacity}", field="capacity")
+        if address is not None and not 0 < address[1] < 65536:
+            raise ValidationError(f"port {address[1]} is outside 1..65535", field="port")
+        self.name = name
+        self.peer_id = peer_id
+        self.kind = kind
+        self.address = address
+        self.sender_id = sender_id
+        self.mtu = mtu
+        self.capacity = capacity
+        self.level = level
+        self.queues = tuple(PriorityQueue(self, p) for p in PRIORITIES)
+        self.stats = ChannelStats()
+        self.sequence = 0
+        self.up = True
+        self.last_heard_ms = 0
+        self.rtt_ms = 0.0
+
+    @property
+    def filtered(self) -> int:
+        return sum(q.filtered for q in self.queues)
+
+    def queue(self, priority: int) -> PriorityQueue:
+        return self.queues[priority]
+
+    def pending(self) -> int:
+        return sum(len(q.events) for q in self.queues)
+
+    def drop_pending(self, reason: DropReason) -> int:
+        n = 0
+        for q in self.queues:
+            n += len(q.events)
+            q.events.clear()
+        if n:
+            self.stats.drops[reason.value] += n
+        return n
+
+    def flush(self, sendto: SendTo) -> bool:
+        """Send everything queued, packed up to the MTU, alerts first.
+
+        Returns False if the socket would block; what was not sent stays queued
+        (bounded by ``capacity``, lowest priorities dropped first).
+        """
+        address = self.address
+        if address is None or not self.up:
+            self.drop_pending(DropReason.LINK_DOWN)
+            return True
+        mtu = self.mtu
+        parts: list[bytes] = [b""]
+        size = _HEADER_SIZE
+        # (queue index, event index): everything before it has been handed to the socket.
+        sent_q = sent_i = 0
+        for qi, q in enumerate(self.queues):
+            events = q.events
+            if not events:
+                continue
+            for i, ev in enumerate(events):
+                n = len(ev)
+                if size + n > mtu and len(parts) > 1:
+                    if not self._send(sendto, parts, address):
+                        self._keep_unsent(sent_q, sent_i)
+                        return False
+                    sent_q, sent_i = qi, i
+                    parts = [b""]
+                    size = _HEADER_SIZE
+                parts.append(ev)
+                size += n
+        if len(parts) > 1 and not self._send(sendto, parts, address):
+            self._keep_unsent(sent_q, sent_i)
+            return False
+        for q in self.queues:
+            if q.events:
+                q.events.clear()
+        return True
+
+    def _send(self, sendto: SendTo, parts: list[bytes], address: tuple[str, int]) -> bool:
+        count = len(parts) - 1
+        seq = self.sequence = (self.sequence + 1) & 0xFFFF_FFFF
+        parts[0] = _HEADER_PACK(_MAGIC, _VERSION, _KIND_EVENTS, self.sender_id, seq, count, 0, 0)
+        try:
+            sendto(b"".join(parts), address)
+        except BlockingIOError:
+            return False
+        except OSError:
+            # Unreachable peer, no buffer space...: count and move on; never stop the loop.
+            self.stats.drops[DropReason.SEND_ERROR.value] += count
+            return True
+        self.stats.events_sent += count
+        self.stats.datagrams_sent += 1
+        return True
+
+    def _keep_unsent(self, sent_q: int, sent_i: int) -> None:
+        for q in self.queues[:sent_q]:
+            q.events.clear()
+        del self.queues[sent_q].events[:sent_i]
+        self._trim()
+
+    def _trim(self) -> None:
+        excess = self.pending() - self.capacity
+        for q in reversed(self.queues):
+            if excess <= 0:
+                break
+            n = min(excess, len(q.events))
+            if n:
+                del q.events[len(q.events) - n:]
+                self.stats.drops[DropReason.QUEUE_FULL.value] += n
+                excess -= n

@@ -1,0 +1,147 @@
+"""gRPC servicer of the router control API (protos/gridstat/v1/router.proto).
+
+Thin by design: it converts messages to the router's own calls and maps
+``GridStatError`` to gRPC status codes, putting the machine-readable reason and
+the offending field in trailing metadata (``gridstat-reason``, ``gridstat-field``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import grpc
+
+from gridstat.errors import DuplicateName, GridStatError, NotFound
+from gridstat.router.channels import ChannelKind
+from gridstat.router.process import RouteInstall, StatusRouter
+from gridstat.router.tables import Route
+from gridstat.v1 import router_pb2 as pb
+from gridstat.v1 import router_pb2_grpc as pb_grpc
+
+T = TypeVar("T")
+
+_KINDS = {
+    pb.CHANNEL_KIND_ROUTER: ChannelKind.ROUTER,
+    pb.CHANNEL_KIND_SUBSCRIBER: ChannelKind.SUBSCRIBER,
+    pb.CHANNEL_KIND_PUBLISHER: ChannelKind.PUBLISHER,
+}
+_KIND_CODES = {v: k for k, v in _KINDS.items()}
+
+
+def status_code(exc: GridStatError) -> grpc.StatusCode:
+    if isinstance(exc, NotFound):
+        return grpc.StatusCode.NOT_FOUND
+    if isinstance(exc, DuplicateName):
+        return grpc.StatusCode.ALREADY_EXISTS
+    if exc.retriable:
+        return grpc.StatusCode.UNAVAILABLE
+    return grpc.StatusCode.INVALID_ARGUMENT
+
+
+async def _guard(context: grpc.aio.ServicerContext[Any, Any], call: Callable[[], T]) -> T:
+    try:
+        return call()
+    except GridStatError as exc:
+        context.set_trailing_metadata((("gridstat-reason", exc.reason), ("gridstat-field", exc.field or "")))
+        await context.abort(status_code(exc), str(exc))
+        raise  # unreachable: abort raises
+
+
+def route_to_pb(r: Route, pub_interval_ms: int, alert: bool = False) -> pb.Route:
+    return pb.Route(route_id=r.route_id, variable_id=r.variable_id, mode=r.mode, channel=r.channel,
+                    sub_interval_ms=r.sub_interval_ms, priority=r.priority, pub_interval_ms=pub_interval_ms,
+                    alert=alert, version=r.version)
+
+
+def route_from_pb(m: pb.Route) -> RouteInstall:
+    return RouteInstall(Route(m.route_id, m.variable_id, m.mode, m.channel, m.sub_interval_ms, m.priority,
+                              m.version), m.pub_interval_ms, m.alert)
+
+
+class RouterControlServicer(pb_grpc.RouterControlServicer):
+    def __init__(self, router: StatusRouter) -> None:
+        self.router = router
+
+    async def AddChannel(self, request: pb.AddChannelRequest, context: Any) -> pb.AddChannelReply:
+        c = request.channel
+
+        def call() -> pb.AddChannelReply:
+            kind = _KINDS.get(c.kind)
+            if kind is None:
+                from gridstat.errors import ValidationError
+                raise ValidationError(f"channel {c.name!r}: kind must be router, subscriber or publisher",
+                                      field="channel.kind")
+            address = (c.host, c.port) if c.host else None
+            self.router.add_channel(c.name, peer_id=c.peer_id, kind=kind, address=address, mtu=c.mtu,
+                                    capacity=c.capacity, level=c.level or 1)
+            return pb.AddChannelReply(table_version=self.router.table.table_version)
+
+        return await _guard(context, call)
+
+    async def RemoveChannel(self, request: pb.RemoveChannelRequest, context: Any) -> pb.RemoveChannelReply:
+        def call() -> pb.RemoveChannelReply:
+            removed = self.router.remove_channel(request.name)
+            return pb.RemoveChannelReply(routes_removed=len(removed),
+                                         table_version=self.router.table.table_version)
+        return await _guard(context, call)
+
+    async def InstallRoutes(self, request: pb.InstallRoutesRequest, context: Any) -> pb.InstallRoutesReply:
+        def call() -> pb.InstallRoutesReply:
+            installed = self.router.install_routes([route_from_pb(m) for m in request.routes])
+            return pb.InstallRoutesReply(table_version=self.router.table.table_version,
+                                         installed=len(installed))
+        return await _guard(context, call)
+
+    async def RemoveRoutes(self, request: pb.RemoveRoutesRequest, context: Any) -> pb.RemoveRoutesReply:
+        def call() -> pb.RemoveRoutesReply:
+            removed = self.router.remove_routes((k.route_id, k.variable_id, k.mode) for k in request.routes)
+            return pb.RemoveRoutesReply(table_version=self.router.table.table_version, removed=len(removed))
+        return await _guard(context, call)
+
+    async def SetPubInterval(self, request: pb.SetPubIntervalRequest, context: Any) -> pb.SetPubIntervalReply:
+        def call() -> pb.SetPubIntervalReply:
+            self.router.table.set_pub_interval(request.variable_id, request.pub_interval_ms)
+            return pb.SetPubIntervalReply(table_version=self.router.table.table_version)
+        return await _guard(context, call)
+
+    async def SetMode(self, request: pb.SetModeRequest, context: Any) -> pb.SetModeReply:
+        def call() -> pb.SetModeReply:
+            previous = self.router.set_mode(request.mode)
+            return pb.SetModeReply(previous_mode=previous, table_version=self.router.table.table_version)
+        return await _guard(context, call)
+
+    async def ListRoutes(self, request: pb.ListRoutesRequest, context: Any) -> pb.ListRoutesReply:
+        table = self.router.table
+        routes = [route_to_pb(r, table.pub_interval(r.variable_id)) for r in table.routes()]
+        return pb.ListRoutesReply(routes=routes, current_mode=table.current_mode,
+                                  table_version=table.table_version)
+
+    async def ListChannels(self, request: pb.ListChannelsRequest, context: Any) -> pb.ListChannelsReply:
+        return pb.ListChannelsReply(channels=[
+            pb.Channel(name=ch.name, peer_id=ch.peer_id, kind=_KIND_CODES[ch.kind],
+                       host=ch.address[0] if ch.address else "", port=ch.address[1] if ch.address else 0,
+                       mtu=ch.mtu, capacity=ch.capacity, level=ch.level, up=ch.up, rtt_ms=ch.rtt_ms)
+            for ch in self.router.channels.values()])
+
+    async def GetStats(self, request: pb.GetStatsRequest, context: Any) -> pb.RouterStats:
+        s = self.router.stats()
+        channels = [pb.ChannelStats(**c) for c in s.pop("channels")]
+        return pb.RouterStats(channels=channels, **s)
+
+    async def Health(self, request: pb.HealthRequest, context: Any) -> pb.HealthReply:
+        r = self.router
+        return pb.HealthReply(serving=True, router=r.config.name, table_version=r.table.table_version,
+                              channels_down=sum(1 for ch in r.channels.values() if not ch.up),
+                              uptime_s=r.uptime_s())
+
+
+async def serve(router: StatusRouter, host: str, port: int) -> tuple[grpc.aio.Server, int]:
+    """Start the control server on ``host:port`` (0 = any free port); returns it and its port."""
+    server = grpc.aio.server()
+    pb_grpc.add_RouterControlServicer_to_server(RouterControlServicer(router), server)
+    bound = server.add_insecure_port(f"{host}:{port}")
+    await server.start()
+    return server, bound
+
+

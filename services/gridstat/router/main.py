@@ -1,0 +1,68 @@
+"""Run one status router process: ``gridstat router --name r1 --id 1 ...``.
+
+Prints one line ``READY name=<name> port=<udp port> control_port=<grpc port>``
+on stdout once both sockets are bound, so a supervisor (the embedded runner,
+the tests, the benchmark) can use ephemeral ports. SIGTERM and SIGINT stop it
+cleanly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+
+from gridstat.core.aio import install_fast_loop
+from gridstat.router.control import serve
+from gridstat.router.process import Role, RouterConfig, StatusRouter
+from gridstat.router.tables import Variant
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--name", required=True, help="router name, unique in its cloud")
+    p.add_argument("--id", type=int, required=True, dest="router_id", help="numeric sender id (1..2^32-1)")
+    p.add_argument("--role", default="internal", choices=[r.value for r in Role])
+    p.add_argument("--variant", default="close", choices=[v.value for v in Variant],
+                   help="routing-table variant (dissertation 4.3)")
+    p.add_argument("--host", default="127.0.0.1", help="address of the event channels and the control API")
+    p.add_argument("--port", type=int, default=0, help="UDP port of the event channels (0 = any)")
+    p.add_argument("--control-port", type=int, default=0, help="gRPC control port (0 = any)")
+    p.add_argument("--mtu", type=int, default=1472, help="largest packed datagram in bytes")
+    p.add_argument("--queue-capacity", type=int, default=4096, help="queued events per channel before drops")
+    p.add_argument("--ping-interval-ms", type=int, default=100)
+    p.add_argument("--failure-timeout-ms", type=int, default=500)
+    p.add_argument("--future-tolerance-ms", type=int, default=5000,
+                   help="drop events stamped further than this ahead of the router's clock")
+    p.add_argument("--no-uvloop", action="store_true", help="use the default asyncio loop")
+    p.add_argument("--log-level", default="WARNING")
+
+
+async def _run(args: argparse.Namespace) -> None:
+    config = RouterConfig(
+        name=args.name, router_id=args.router_id, role=Role.parse(args.role), variant=Variant.parse(args.variant),
+        host=args.host, port=args.port, mtu=args.mtu, queue_capacity=args.queue_capacity,
+        ping_interval_ms=args.ping_interval_ms, failure_timeout_ms=args.failure_timeout_ms,
+        future_tolerance_ms=args.future_tolerance_ms,
+    )
+    router = StatusRouter(config)
+    await router.start()
+    server, control_port = await serve(router, args.host, args.control_port)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    print(f"READY name={config.name} port={router.address[1]} control_port={control_port}", flush=True)
+    await stop.wait()
+    await server.stop(grace=0.5)
+    await router.stop()
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not args.no_uvloop:
+        install_fast_loop()
+    asyncio.run(_run(args))
+    return 0

@@ -1,0 +1,366 @@
+"""The status router process: one UDP socket, a drain loop, liveness pings, a control API.
+
+Why one socket: every event channel of a router shares it and is told apart by
+the sender id in the datagram header, so one non-blocking drain loop serves all
+links (``add_reader`` + ``recv`` until EAGAIN, the cheapest Python datagram path
+on these machines; see docs/benchmarks.md). After each drain the channels are
+flushed, which packs the events that arrived in that batch, alerts first.
+
+Routers hold hard state: the table lives here and keeps forwarding whatever the
+management plane does (dissertation 2.2.1). The control API below is what the
+gRPC servicer (``router.control``) and the tests call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import os
+import socket
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from gridstat.core import wire
+from gridstat.core.aio import create_guarded_task
+from gridstat.core.wire import DropReason
+from gridstat.errors import DuplicateName, NotFound, ValidationError
+from gridstat.router.channels import ChannelKind, EventChannel
+from gridstat.router.forwarding import Forwarder
+from gridstat.router.tables import MODE_SLOTS, Route, RoutingTable, Target, Variant
+
+log = logging.getLogger(__name__)
+
+
+class Role(enum.Enum):
+    EDGE = "edge"
+    INTERNAL = "internal"
+    BORDER = "border"
+
+    @classmethod
+    def parse(cls, text: str) -> Role:
+        try:
+            return cls(text)
+        except ValueError:
+            raise ValidationError(f"router role {text!r} is not edge, internal or border",
+                                  field="role") from None
+
+
+@dataclass(frozen=True)
+class RouterConfig:
+    name: str
+    router_id: int
+    role: Role = Role.INTERNAL
+    variant: Variant = Variant.CLOSE
+    host: str = "127.0.0.1"
+    port: int = 0
+    mtu: int = wire.DEFAULT_MTU
+    queue_capacity: int = 4096
+    ping_interval_ms: int = 100
+    failure_timeout_ms: int = 500
+    future_tolerance_ms: int = 5_000
+    socket_buffer_bytes: int = 4 * 1024 * 1024
+    drain_batch: int = 256
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.router_id <= 0xFFFF_FFFF:
+            raise ValidationError(f"router id {self.router_id} is outside 1..2**32-1", field="router_id")
+        if self.ping_interval_ms <= 0 or self.failure_timeout_ms <= self.ping_interval_ms:
+            raise ValidationError("need 0 < ping_interval_ms < failure_timeout_ms", field="failure_timeout_ms")
+        if self.future_tolerance_ms < 0:
+            raise ValidationError("future_tolerance_ms must not be negative", field="future_tolerance_ms")
+
+
+@dataclass(frozen=True)
+class RouteInstall:
+    """A route plus what the table needs to know about its variable."""
+
+    route: Route
+    pub_interval_ms: int
+    alert: bool = False
+
+
+#: Called as (channel, up) when a router channel fails or comes back.
+LinkListener = Callable[[EventChannel, bool], None]
+
+
+@dataclass
+class _Clock:
+    started_monotonic: float = field(default_factory=time.monotonic)
+
+
+class StatusRouter:
+    """One status router (edge, internal or border)."""
+
+    def __init__(self, config: RouterConfig) -> None:
+        self.config = config
+        self.channels: dict[str, EventChannel] = {}
+        self.table = RoutingTable(config.variant, self._resolve)
+        self.forwarder = Forwarder(self.table, future_tolerance_ms=config.future_tolerance_ms)
+        self.forwarder.on_control = self._on_control
+        self.link_listeners: list[LinkListener] = []
+        self.drops: Counter[str] = self.forwarder.drops
+        self._out: list[EventChannel] = []
+        self._blocked: set[EventChannel] = set()
+        self._sock: socket.socket | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._clock = _Clock()
+        self._closed = False
+        self._started = False
+
+    # -- lifecycle ------------------------------------------------------------
+    @property
+    def address(self) -> tuple[str, int]:
+        if self._sock is None:
+            raise ValidationError("router is not started", field="state")
+        host, port = self._sock.getsockname()[:2]
+        return str(host), int(port)
+
+    async def start(self) -> None:
+        if self._started:
+            return
+        self._started = True
+        self._loop = asyncio.get_running_loop()
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        for opt in (socket.SO_RCVBUF, socket.SO_SNDBUF):
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, opt, self.config.socket_buffer_bytes)
+            except OSError:  # pragma: no cover - capped by the kernel, not fatal
+                pass
+        sock.bind((self.config.host, self.config.port))
+        sock.setblocking(False)
+        self._sock = sock
+        self._sendto = sock.sendto
+        self._loop.add_reader(sock.fileno(), self._on_readable)
+        self._tasks.append(create_guarded_task(self._liveness(), name=f"{self.config.name}-liveness"))
+        log.info("router %s (%s, %s) listening on %s:%d", self.config.name, self.config.role.value,
+                 self.config.variant.value, *self.address)
+
+    async def stop(self) -> None:
+        if self._closed or not self._started:
+            self._closed = True
+            return
+        self._closed = True
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            try:
+                await t
+            except asyncio.CancelledError:
+                pass
+        if self._sock is not None and self._loop is not None:
+            self._loop.remove_reader(self._sock.fileno())
+            if self._blocked:
+                self._loop.remove_writer(self._sock.fileno())
+            self._sock.close()
+
+    async def __aenter__(self) -> StatusRouter:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    # -- data path ------------------------------------------------------------
+    def _on_readable(self) -> None:
+        sock = self._sock
+        assert sock is not None
+        recv = sock.recv
+        process = self.forwarder.process
+        now_ms = time.time_ns() // 1_000_000
+        for _ in range(self.config.drain_batch):
+            try:
+                data = recv(65536)
+            except BlockingIOError:
+                break
+            except OSError:
+                # ICMP errors surface here on Linux (ECONNREFUSED from an earlier send); keep draining.
+                self.drops[DropReason.SEND_ERROR.value] += 1
+                continue
+            process(data, now_ms)
+        self.flush()
+
+    def flush(self) -> None:
+        sendto = self._sendto
+        for ch in self._out:
+            for q in ch.queues:
+                if q.events:
+                    if not ch.flush(sendto):
+                        self._block(ch)
+                    break
+
+    def _block(self, ch: EventChannel) -> None:
+        if not self._blocked and self._loop is not None and self._sock is not None:
+            self._loop.add_writer(self._sock.fileno(), self._on_writable)
+        self._blocked.add(ch)
+
+    def _on_writable(self) -> None:
+        for ch in list(self._blocked):
+            if ch.flush(self._sendto):
+                self._blocked.discard(ch)
+        if not self._blocked and self._loop is not None and self._sock is not None:
+            self._loop.remove_writer(self._sock.fileno())
+
+    # -- liveness (dissertation 3.1.4) ------------------------------------------
+    def _on_control(self, kind: int, channel: EventChannel, data: bytes) -> None:
+        if channel.kind is ChannelKind.ROUTER and not channel.up:
+            self._set_link(channel, True)
+        if kind == wire.KIND_PING and channel.address is not None:
+            body = data[wire.HEADER_SIZE:]
+            pong = wire.encode_header(wire.KIND_PONG, self.config.router_id, 0, 0) + body
+            try:
+                self._sendto(pong, channel.address)
+            except OSError:
+                channel.stats.drops[DropReason.SEND_ERROR.value] += 1
+        elif kind == wire.KIND_PONG:
+            (sent_ns,) = wire.PING_BODY.unpack_from(data, wire.HEADER_SIZE)
+            channel.rtt_ms = max(0.0, (time.monotonic_ns() - sent_ns) / 1e6)
+
+    async def _liveness(self) -> None:
+        interval = self.config.ping_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            now_ms = time.time_ns() // 1_000_000
+            for ch in list(self.channels.values()):
+                if ch.kind is not ChannelKind.ROUTER or ch.address is None:
+                    continue
+                ping = wire.encode_ping(wire.KIND_PING, self.config.router_id, 0, time.monotonic_ns())
+                try:
+                    self._sendto(ping, ch.address)
+                except OSError:
+                    ch.stats.drops[DropReason.SEND_ERROR.value] += 1
+                silent = now_ms - ch.last_heard_ms
+                if ch.up and silent > self.config.failure_timeout_ms:
+                    self._set_link(ch, False)
+                elif not ch.up and silent <= self.config.failure_timeout_ms:
+                    self._set_link(ch, True)
+
+    def _set_link(self, ch: EventChannel, up: bool) -> None:
+        ch.up = up
+        log.warning("router %s: channel %s is %s", self.config.name, ch.name, "up" if up else "DOWN")
+        for listener in self.link_listeners:
+            try:
+                listener(ch, up)
+            except Exception:  # a listener must never stop the router
+                log.exception("link listener failed")
+
+    # -- control API ----------------------------------------------------------
+    def _resolve(self, channel: str, priority: int) -> Target:
+        ch = self.channels.get(channel)
+        if ch is None:
+            raise NotFound(f"router {self.config.name} has no channel {channel!r}", field="channel")
+        return ch.queue(priority)
+
+    def add_channel(
+        self,
+        name: str,
+        *,
+        peer_id: int,
+        kind: ChannelKind,
+        address: tuple[str, int] | None = None,
+        mtu: int = 0,
+        capacity: int = 0,
+        level: int = 1,
+    ) -> EventChannel:
+        if name in self.channels:
+            raise DuplicateName(f"router {self.config.name} already has channel {name!r}", field="name")
+        if peer_id in self.forwarder.by_sender:
+            raise DuplicateName(f"peer id {peer_id} is already used by channel "
+                                f"{self.forwarder.by_sender[peer_id].name!r}", field="peer_id")
+        if kind is not ChannelKind.PUBLISHER and address is None:
+            raise ValidationError(f"a {kind.value} channel needs a host and port", field="host")
+        ch = EventChannel(name=name, peer_id=peer_id, kind=kind, address=address,
+                          sender_id=self.config.router_id, mtu=mtu or self.config.mtu,
+                          capacity=capacity or self.config.queue_capacity, level=level)
+        ch.last_heard_ms = time.time_ns() // 1_000_000  # a grace period before the first ping is due
+        self.channels[name] = ch
+        self.forwarder.by_sender[peer_id] = ch
+        if address is not None:
+            self._out.append(ch)
+        return ch
+
+    def remove_channel(self, name: str) -> list[Route]:
+        ch = self.channels.get(name)
+        if ch is None:
+            raise NotFound(f"router {self.config.name} has no channel {name!r}", field="name")
+        removed = self.table.remove_channel_routes(name)
+        del self.channels[name]
+        self.forwarder.by_sender.pop(ch.peer_id, None)
+        if ch in self._out:
+            self._out.remove(ch)
+        self._blocked.discard(ch)
+        return removed
+
+    def install_routes(self, installs: Iterable[RouteInstall]) -> list[Route]:
+        """Install a batch whole or not at all: everything is validated before anything changes."""
+        batch = list(installs)
+        seen: dict[int, int] = {}
+        for inst in batch:
+            r = inst.route
+            if r.channel not in self.channels:
+                raise NotFound(f"route {r.route_id!r}: router {self.config.name} has no channel {r.channel!r}",
+                               field="channel")
+            if inst.pub_interval_ms <= 0:
+                raise ValidationError(f"route {r.route_id!r}: publication interval must be positive",
+                                      field="pub_interval_ms")
+            known = seen.get(r.variable_id)
+            try:
+                known = known or self.table.pub_interval(r.variable_id)
+            except KeyError:
+                pass
+            if known and known != inst.pub_interval_ms:
+                raise ValidationError(
+                    f"route {r.route_id!r}: variable {r.variable_id} is routed with publication interval "
+                    f"{known} ms, not {inst.pub_interval_ms} ms", field="pub_interval_ms")
+            seen[r.variable_id] = inst.pub_interval_ms
+        return [self.table.install(i.route, pub_interval_ms=i.pub_interval_ms, alert=i.alert) for i in batch]
+
+    def remove_routes(self, keys: Iterable[tuple[str, int, int]]) -> list[Route]:
+        batch = list(keys)
+        present = {(r.route_id, r.variable_id, r.mode) for r in self.table.routes()}
+        for key in batch:
+            if key not in present:
+                raise NotFound(f"no route {key[0]!r} for variable {key[1]} in mode {key[2]}", field="route_id")
+        return [self.table.remove(*key) for key in batch]
+
+    def set_mode(self, mode: int) -> int:
+        if not 0 <= mode < MODE_SLOTS:
+            raise ValidationError(f"mode {mode} is outside 0..{MODE_SLOTS - 1}", field="mode")
+        previous = self.table.current_mode
+        self.table.set_mode(mode)
+        return previous
+
+    def uptime_s(self) -> float:
+        return time.monotonic() - self._clock.started_monotonic
+
+    def stats(self) -> dict[str, Any]:
+        fw = self.forwarder
+        times = os.times()
+        return {
+            "router": self.config.name,
+            "router_id": self.config.router_id,
+            "role": self.config.role.value,
+            "variant": self.config.variant.value,
+            "current_mode": self.table.current_mode,
+            "table_version": self.table.table_version,
+            "datagrams_in": fw.datagrams_in,
+            "events_in": fw.events_in,
+            "events_forwarded": fw.events_forwarded,
+            "events_filtered": fw.events_filtered,
+            "drops": dict(fw.drops),
+            "cpu_seconds": times.user + times.system,
+            "uptime_s": self.uptime_s(),
+            "channels": [
+                {
+                    "name": ch.name, "up": ch.up, "events_in": ch.stats.events_in,
+                    "datagrams_in": ch.stats.datagrams_in, "events_sent": ch.stats.events_sent,
+                    "datagrams_sent": ch.stats.datagrams_sent, "filtered": ch.filtered,
+                    "drops": dict(ch.stats.drops), "queued": ch.pending(), "rtt_ms": ch.rtt_ms,
+                }
+                for ch in self.channels.values()
+            ],
+        }

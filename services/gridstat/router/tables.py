@@ -1,0 +1,274 @@
+"""Per-variable, per-mode routing tables in GridStat's two variants (dissertation 4.2-4.3).
+
+The leaf broker installs one *route* per subscription path per hop: "in mode m,
+send variable v on outgoing channel c at subscription interval s with priority p".
+The table keeps those routes as the source of truth and compiles, per
+(variable, mode), the structure the forwarding loop walks:
+
+* **close** (Fig 4.3): per outgoing channel the sorted smallest non-multiple
+  intervals; the first interval that passes an event sends it on that channel.
+  Best when a variable's intervals are close together.
+* **sparse** (Fig 4.4): one holder per distinct interval with the bit mask of the
+  channels that hold it; pass 1 ORs the masks of passing intervals, pass 2 sends
+  on the flagged channels. Best when intervals are spread out.
+
+Both compile from the same routes and must select exactly the same channels
+(a property test checks it). Compiling happens on table changes only, which are
+rare; forwarding reads ``active`` (the compiled dict of the current mode), so a
+mode switch is one pointer swap (dissertation 6.3.2, phase 3).
+
+Each channel appears at most once per compiled entry, which is GridStat's
+multicast: one copy per channel per timestamp, however many subscriptions share
+the channel.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Protocol
+
+from gridstat.core import filtering
+from gridstat.core.model import MAX_MODES, PRIORITIES, PRIORITY_ALERT, TEMPORARY_MODE_SLOT
+from gridstat.errors import NotFound, ValidationError
+
+MODE_SLOTS = MAX_MODES + 1  # sixteen modes and the temporary slot of edge routers
+
+
+class Variant(enum.Enum):
+    CLOSE = "close"
+    SPARSE = "sparse"
+
+    @classmethod
+    def parse(cls, text: str) -> Variant:
+        try:
+            return cls(text)
+        except ValueError:
+            raise ValidationError(f"routing variant {text!r} is not 'close' or 'sparse'",
+                                  field="variant") from None
+
+
+class Target(Protocol):
+    """What a compiled entry pushes an event to: one priority queue of one channel."""
+
+    #: Events of a routed variable this channel did not want at their timestamp.
+    filtered: int
+
+    def push(self, event: bytes) -> None: ...
+
+
+#: Resolves (channel name, priority) to the target queue; raises NotFound for an unknown channel.
+Resolver = Callable[[str, int], Target]
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """One hop of one subscription path in one mode (cf. ``setupPath``, dissertation A)."""
+
+    route_id: str
+    variable_id: int
+    mode: int
+    channel: str
+    sub_interval_ms: int
+    priority: int
+    version: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.route_id:
+            raise ValidationError("route_id must not be empty", field="route_id")
+        if not 0 <= self.mode < MODE_SLOTS:
+            raise ValidationError(f"mode {self.mode} is outside 0..{MODE_SLOTS - 1}", field="mode")
+        if self.sub_interval_ms <= 0:
+            raise ValidationError(f"subscription interval must be positive, got {self.sub_interval_ms}",
+                                  field="sub_interval_ms")
+        if self.priority not in PRIORITIES:
+            raise ValidationError(f"priority {self.priority} is outside 0..6", field="priority")
+        if not self.channel:
+            raise ValidationError("channel must not be empty", field="channel")
+
+
+class CompiledEntry:
+    """What the forwarding loop reads for one variable in one mode."""
+
+    __slots__ = ("close", "full_mask", "half", "pub", "sparse_holders", "sparse_targets")
+
+    def __init__(self, pub: int, close: tuple[tuple[Target, tuple[int, ...]], ...],
+                 sparse_holders: tuple[tuple[int, int], ...], sparse_targets: tuple[Target, ...]) -> None:
+        self.pub = pub
+        self.half = filtering.half_interval(pub)
+        self.close = close
+        self.sparse_holders = sparse_holders
+        self.sparse_targets = sparse_targets
+        self.full_mask = (1 << len(sparse_targets)) - 1
+
+
+def select_close(entry: CompiledEntry, ts_ms: int) -> list[Target]:
+    """Reference walk of a close entry (the router inlines the same loop)."""
+    shifted = ts_ms + entry.half
+    pub = entry.pub
+    out = []
+    for target, elements in entry.close:
+        for s in elements:
+            if shifted % s < pub:
+                out.append(target)
+                break
+    return out
+
+
+def select_sparse(entry: CompiledEntry, ts_ms: int) -> list[Target]:
+    """Reference walk of a sparse entry (the router inlines the same loop)."""
+    shifted = ts_ms + entry.half
+    pub = entry.pub
+    mask = 0
+    for s, bits in entry.sparse_holders:
+        if shifted % s < pub:
+            mask |= bits
+    return [t for i, t in enumerate(entry.sparse_targets) if mask >> i & 1]
+
+
+class _VariableRoutes:
+    __slots__ = ("alert", "modes", "pub_interval_ms")
+
+    def __init__(self, pub_interval_ms: int, alert: bool) -> None:
+        self.pub_interval_ms = pub_interval_ms
+        self.alert = alert
+        self.modes: list[dict[str, Route]] = [{} for _ in range(MODE_SLOTS)]
+
+
+class RoutingTable:
+    """The routes of one router and their compiled form for the current mode."""
+
+    def __init__(self, variant: Variant, resolve: Resolver) -> None:
+        self.variant = variant
+        self._resolve = resolve
+        self._vars: dict[int, _VariableRoutes] = {}
+        self._compiled: list[dict[int, CompiledEntry]] = [{} for _ in range(MODE_SLOTS)]
+        self.current_mode = 0
+        #: The compiled entries of the current mode: the forwarding loop's only read.
+        self.active: dict[int, CompiledEntry] = self._compiled[0]
+        #: Bumped on every applied change, so the management plane can tell whether it is in step.
+        self.table_version = 0
+
+    # -- changes ------------------------------------------------------------
+    def install(self, route: Route, *, pub_interval_ms: int, alert: bool = False) -> Route:
+        """Add or replace a route; the interval is rounded down to a multiple of pubInt.
+
+        Replaying a route with a version lower than the installed one is a no-op,
+        so a retried or reordered control call never undoes a newer one.
+        """
+        if pub_interval_ms <= 0:
+            raise ValidationError(f"publication interval must be positive, got {pub_interval_ms}",
+                                  field="pub_interval_ms")
+        self._resolve(route.channel, route.priority)  # unknown channel -> NotFound before any change
+        vr = self._vars.get(route.variable_id)
+        if vr is None:
+            vr = self._vars[route.variable_id] = _VariableRoutes(pub_interval_ms, alert)
+        elif vr.pub_interval_ms != pub_interval_ms:
+            raise ValidationError(
+                f"variable {route.variable_id} is routed with publication interval {vr.pub_interval_ms} ms, "
+                f"not {pub_interval_ms} ms; change it with set_pub_interval", field="pub_interval_ms")
+        existing = vr.modes[route.mode].get(route.route_id)
+        if existing is not None and existing.version > route.version:
+            return existing
+        rounded = filtering.round_down_interval(route.sub_interval_ms, pub_interval_ms)
+        if rounded != route.sub_interval_ms:
+            route = Route(route.route_id, route.variable_id, route.mode, route.channel, rounded,
+                          route.priority, route.version)
+        vr.alert = vr.alert or alert
+        vr.modes[route.mode][route.route_id] = route
+        self._recompile(route.variable_id, route.mode)
+        return route
+
+    def remove(self, route_id: str, variable_id: int, mode: int) -> Route:
+        vr = self._vars.get(variable_id)
+        route = vr.modes[mode].pop(route_id, None) if vr is not None and 0 <= mode < MODE_SLOTS else None
+        if route is None:
+            raise NotFound(f"no route {route_id!r} for variable {variable_id} in mode {mode}", field="route_id")
+        self._recompile(variable_id, mode)
+        assert vr is not None
+        if not any(vr.modes):
+            del self._vars[variable_id]  # empty entries are deleted (dissertation 4.2.2)
+        return route
+
+    def remove_channel_routes(self, channel: str) -> list[Route]:
+        removed = [r for r in self.routes() if r.channel == channel]
+        for r in removed:
+            self.remove(r.route_id, r.variable_id, r.mode)
+        return removed
+
+    def set_pub_interval(self, variable_id: int, pub_interval_ms: int) -> None:
+        vr = self._vars.get(variable_id)
+        if vr is None:
+            raise NotFound(f"variable {variable_id} has no routes", field="variable_id")
+        if pub_interval_ms <= 0:
+            raise ValidationError("publication interval must be positive", field="pub_interval_ms")
+        vr.pub_interval_ms = pub_interval_ms
+        for mode, routes in enumerate(vr.modes):
+            for rid, r in list(routes.items()):
+                routes[rid] = Route(r.route_id, r.variable_id, r.mode, r.channel,
+                                    filtering.round_down_interval(r.sub_interval_ms, pub_interval_ms),
+                                    r.priority, r.version)
+            self._recompile(variable_id, mode)
+
+    def set_mode(self, mode: int) -> None:
+        """Switch the current mode: a pointer swap, as in phase 3 of the mode change."""
+        if not 0 <= mode < MODE_SLOTS:
+            raise ValidationError(f"mode {mode} is outside 0..{MODE_SLOTS - 1}", field="mode")
+        self.current_mode = mode
+        self.active = self._compiled[mode]
+        self.table_version += 1
+
+    def recompile_all(self) -> None:
+        """Rebuild every compiled entry, e.g. after a channel's queues were replaced."""
+        for var_id, vr in self._vars.items():
+            for mode in range(MODE_SLOTS):
+                if vr.modes[mode]:
+                    self._recompile(var_id, mode)
+
+    # -- reading ------------------------------------------------------------
+    def routes(self) -> Iterator[Route]:
+        for vr in list(self._vars.values()):
+            for routes in vr.modes:
+                yield from list(routes.values())
+
+    def pub_interval(self, variable_id: int) -> int:
+        return self._vars[variable_id].pub_interval_ms
+
+    def entry(self, variable_id: int, mode: int | None = None) -> CompiledEntry | None:
+        return self._compiled[self.current_mode if mode is None else mode].get(variable_id)
+
+    def __len__(self) -> int:
+        return sum(len(m) for vr in self._vars.values() for m in vr.modes)
+
+    # -- compiling ----------------------------------------------------------
+    def _recompile(self, variable_id: int, mode: int) -> None:
+        self.table_version += 1
+        compiled = self._compiled[mode]
+        vr = self._vars.get(variable_id)
+        routes = vr.modes[mode] if vr is not None else {}
+        if not routes or vr is None:
+            compiled.pop(variable_id, None)
+            return
+        by_channel: dict[str, list[Route]] = {}
+        for r in routes.values():
+            by_channel.setdefault(r.channel, []).append(r)
+        targets: list[Target] = []
+        elements: list[tuple[int, ...]] = []
+        for channel in sorted(by_channel):
+            rs = by_channel[channel]
+            # Alerts bypass FIFO: an alert variable uses the alert queue of every channel.
+            priority = PRIORITY_ALERT if vr.alert else min(r.priority for r in rs)
+            targets.append(self._resolve(channel, priority))
+            elements.append(filtering.smallest_non_multiples(r.sub_interval_ms for r in rs))
+        close = tuple(zip(targets, elements, strict=True))
+        masks: dict[int, int] = {}
+        for i, elems in enumerate(elements):
+            for s in elems:
+                masks[s] = masks.get(s, 0) | (1 << i)
+        sparse = tuple(sorted(masks.items()))
+        compiled[variable_id] = CompiledEntry(vr.pub_interval_ms, close, sparse, tuple(targets))
+
+
+__all__ = ["MODE_SLOTS", "TEMPORARY_MODE_SLOT", "CompiledEntry", "Route", "RoutingTable", "Target",
+           "Variant", "select_close", "select_sparse"]

@@ -1,0 +1,1 @@
+"""Generated gRPC code (scripts/gen-protos.sh); do not edit."""

@@ -22,13 +22,15 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser; only the chosen subcommand's module is imported to add its options."""
     parser = argparse.ArgumentParser(prog="gridstat", description=__doc__.splitlines()[0] if __doc__ else None)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module, help_text) in SUBCOMMANDS.items():
         p = sub.add_parser(name, help=help_text)
         p.set_defaults(_module=module)
-        importlib.import_module(module).add_arguments(p)
+        if name == command:
+            importlib.import_module(module).add_arguments(p)
     return parser
 
 
@@ -36,8 +38,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv:
         argv = ["up"]  # the embedded default: the demo utility
-    parser = build_parser()
+    parser = build_parser(argv[0])
     args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
     module = importlib.import_module(args._module)
     try:
         return int(module.run(args))

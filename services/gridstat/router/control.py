@@ -139,7 +139,7 @@ class RouterControlServicer(pb_grpc.RouterControlServicer):
 async def serve(router: StatusRouter, host: str, port: int) -> tuple[grpc.aio.Server, int]:
     """Start the control server on ``host:port`` (0 = any free port); returns it and its port."""
     server = grpc.aio.server()
-    pb_grpc.add_RouterControlServicer_to_server(RouterControlServicer(router), server)
+    pb_grpc.add_RouterControlServicer_to_server(RouterControlServicer(router), server)  # type: ignore[no-untyped-call]
     bound = server.add_insecure_port(f"{host}:{port}")
     await server.start()
     return server, bound

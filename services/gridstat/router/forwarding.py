@@ -116,7 +116,9 @@ class Forwarder:
             ts, vid, _flags, nopt, vlen = _EVENT_UNPACK(data, off)
             end = off + _EVENT_HEAD_SIZE + vlen + nopt * _OPTION_SIZE
             if vlen > _MAX_VALUE_LEN or end > body_end:
-                self.drops[_R_TRUNCATED if end > body_end else _R_MALFORMED] += 1
+                # Same reason as wire.decode_datagram: an oversized value_len is malformed
+                # whether or not the datagram also ends early.
+                self.drops[_R_MALFORMED if vlen > _MAX_VALUE_LEN else _R_TRUNCATED] += 1
                 break
             seen += 1
             entry = get(vid)

@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
+import subprocess
 import time
+from pathlib import Path
 
 import grpc
 import pytest
 
 from gridstat.core import wire
 from gridstat.core.model import FLOAT
+from gridstat.core.tls import TlsFiles
 from gridstat.v1 import router_pb2 as pb
+from gridstat.v1 import router_pb2_grpc as pb_grpc
 
 from .routerprocs import link, route, routers, start_router
 
@@ -163,3 +168,54 @@ def test_control_api_rejects_bad_calls_with_reasons() -> None:
         with pytest.raises(grpc.RpcError) as err:
             c.stub.SetMode(pb.SetModeRequest(mode=40), timeout=5)
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_watch_links_streams_snapshot_then_changes() -> None:
+    with routers(("w1", 41, "close"), ("w2", 42, "close")) as rs:
+        w1, w2 = rs["w1"], rs["w2"]
+        link(w1, w2)
+        time.sleep(0.3)
+        stream = w1.stub.WatchLinks(pb.WatchLinksRequest(), timeout=10)
+        first = next(stream)
+        assert (first.channel, first.up, first.snapshot) == ("w2", True, True)
+        w2.proc.send_signal(signal.SIGKILL)
+        change = next(stream)
+        assert (change.channel, change.up, change.snapshot) == ("w2", False, False)
+        stream.cancel()
+
+
+def _make_pki(tmp: Path) -> dict[str, str]:
+    def run(*args: str) -> None:
+        subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=tmp)
+
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
+        "-subj", "/CN=gridstat-test-ca")
+    for name in ("server", "client"):
+        run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr",
+            "-subj", f"/CN={name}", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost")
+        run("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+            "-out", f"{name}.pem", "-days", "2", "-copy_extensions", "copy")
+    return {n: str(tmp / n) for n in ("ca.pem", "server.pem", "server.key", "client.pem", "client.key")}
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl is needed to make test certificates")
+def test_control_api_over_mutual_tls(tmp_path: Path) -> None:
+    pki = _make_pki(tmp_path)
+    r = start_router("t", 51, extra=("--tls-cert", pki["server.pem"], "--tls-key", pki["server.key"],
+                                     "--tls-client-ca", pki["ca.pem"]))
+    try:
+        target = f"127.0.0.1:{r.control_port}"
+        good = TlsFiles(pki["client.pem"], pki["client.key"], pki["ca.pem"]).channel_credentials()
+        with grpc.secure_channel(target, good) as ch:
+            health = pb_grpc.RouterControlStub(ch).Health(pb.HealthRequest(), timeout=5)
+            assert health.serving and health.router == "t"
+        # Without a client certificate the handshake is refused.
+        anonymous = grpc.ssl_channel_credentials(root_certificates=Path(pki["ca.pem"]).read_bytes())
+        with grpc.secure_channel(target, anonymous) as ch, pytest.raises(grpc.RpcError) as err:
+            pb_grpc.RouterControlStub(ch).Health(pb.HealthRequest(), timeout=3)
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+        # Plain text is refused too.
+        with grpc.insecure_channel(target) as ch, pytest.raises(grpc.RpcError):
+            pb_grpc.RouterControlStub(ch).Health(pb.HealthRequest(), timeout=3)
+    finally:
+        r.stop()

@@ -7,13 +7,16 @@ the offending field in trailing metadata (``gridstat-reason``, ``gridstat-field`
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
 import grpc
 
-from gridstat.errors import DuplicateName, GridStatError, NotFound
-from gridstat.router.channels import ChannelKind
+from gridstat.core.tls import TlsFiles
+from gridstat.errors import DuplicateName, GridStatError, NotFound, ValidationError
+from gridstat.router.channels import ChannelKind, EventChannel
 from gridstat.router.process import RouteInstall, StatusRouter
 from gridstat.router.tables import Route
 from gridstat.v1 import router_pb2 as pb
@@ -69,7 +72,6 @@ class RouterControlServicer(pb_grpc.RouterControlServicer):
         def call() -> pb.AddChannelReply:
             kind = _KINDS.get(c.kind)
             if kind is None:
-                from gridstat.errors import ValidationError
                 raise ValidationError(f"channel {c.name!r}: kind must be router, subscriber or publisher",
                                       field="channel.kind")
             address = (c.host, c.port) if c.host else None
@@ -136,11 +138,38 @@ class RouterControlServicer(pb_grpc.RouterControlServicer):
                               uptime_s=r.uptime_s())
 
 
-async def serve(router: StatusRouter, host: str, port: int) -> tuple[grpc.aio.Server, int]:
-    """Start the control server on ``host:port`` (0 = any free port); returns it and its port."""
+    async def WatchLinks(self, request: pb.WatchLinksRequest, context: Any) -> AsyncIterator[pb.LinkEvent]:
+        queue: asyncio.Queue[pb.LinkEvent] = asyncio.Queue(maxsize=1024)
+
+        def listener(channel: EventChannel, up: bool) -> None:
+            if queue.full():  # a slow watcher loses the oldest change, never blocks the router
+                queue.get_nowait()
+            queue.put_nowait(pb.LinkEvent(channel=channel.name, up=up, at_ms=time.time_ns() // 1_000_000))
+
+        self.router.link_listeners.append(listener)
+        try:
+            now = time.time_ns() // 1_000_000
+            for ch in list(self.router.channels.values()):
+                if ch.kind is ChannelKind.ROUTER:
+                    yield pb.LinkEvent(channel=ch.name, up=ch.up, at_ms=now, snapshot=True)
+            while True:
+                yield await queue.get()
+        finally:
+            self.router.link_listeners.remove(listener)
+
+
+async def serve(router: StatusRouter, host: str, port: int,
+                tls: TlsFiles | None = None) -> tuple[grpc.aio.Server, int]:
+    """Start the control server on ``host:port`` (0 = any free port); returns it and its port.
+
+    With ``tls`` it serves TLS only (mutual TLS when ``tls.ca`` is set).
+    """
     server = grpc.aio.server()
     pb_grpc.add_RouterControlServicer_to_server(RouterControlServicer(router), server)  # type: ignore[no-untyped-call]
-    bound = server.add_insecure_port(f"{host}:{port}")
+    if tls is None:
+        bound = server.add_insecure_port(f"{host}:{port}")
+    else:
+        bound = server.add_secure_port(f"{host}:{port}", tls.server_credentials())
     await server.start()
     return server, bound
 

@@ -15,6 +15,8 @@ import signal
 import sys
 
 from gridstat.core.aio import install_fast_loop
+from gridstat.core.tls import TlsFiles
+from gridstat.errors import ValidationError
 from gridstat.router.control import serve
 from gridstat.router.process import Role, RouterConfig, StatusRouter
 from gridstat.router.tables import Variant
@@ -35,6 +37,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--failure-timeout-ms", type=int, default=500)
     p.add_argument("--future-tolerance-ms", type=int, default=5000,
                    help="drop events stamped further than this ahead of the router's clock")
+    p.add_argument("--tls-cert", default="", help="PEM certificate: serve the control API over TLS only")
+    p.add_argument("--tls-key", default="", help="PEM private key of --tls-cert")
+    p.add_argument("--tls-client-ca", default="", help="PEM CA: require client certificates it signed (mTLS)")
     p.add_argument("--no-uvloop", action="store_true", help="use the default asyncio loop")
     p.add_argument("--log-level", default="WARNING")
 
@@ -46,9 +51,16 @@ async def _run(args: argparse.Namespace) -> None:
         ping_interval_ms=args.ping_interval_ms, failure_timeout_ms=args.failure_timeout_ms,
         future_tolerance_ms=args.future_tolerance_ms,
     )
+    tls = None
+    if args.tls_cert or args.tls_key:
+        if not (args.tls_cert and args.tls_key):
+            raise ValidationError("--tls-cert and --tls-key go together", field="tls_key")
+        tls = TlsFiles(args.tls_cert, args.tls_key, args.tls_client_ca)
+    elif args.tls_client_ca:
+        raise ValidationError("--tls-client-ca needs --tls-cert and --tls-key", field="tls_cert")
     router = StatusRouter(config)
     await router.start()
-    server, control_port = await serve(router, args.host, args.control_port)
+    server, control_port = await serve(router, args.host, args.control_port, tls)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -708,3 +708,48 @@ class HealthReply(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___HealthReply: _TypeAlias = HealthReply  # noqa: Y015
+
+@_typing.final
+class WatchLinksRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WatchLinksRequest: _TypeAlias = WatchLinksRequest  # noqa: Y015
+
+@_typing.final
+class LinkEvent(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CHANNEL_FIELD_NUMBER: _builtins.int
+    UP_FIELD_NUMBER: _builtins.int
+    AT_MS_FIELD_NUMBER: _builtins.int
+    SNAPSHOT_FIELD_NUMBER: _builtins.int
+    channel: _builtins.str
+    up: _builtins.bool
+    at_ms: _builtins.int
+    """router wall clock, ms since the Unix epoch"""
+    snapshot: _builtins.bool
+    """true for the initial state, false for a change"""
+    def __init__(
+        self,
+        *,
+        channel: _builtins.str = ...,
+        up: _builtins.bool = ...,
+        at_ms: _builtins.int = ...,
+        snapshot: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_ms", b"at_ms", "channel", b"channel", "snapshot", b"snapshot", "up", b"up"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LinkEvent: _TypeAlias = LinkEvent  # noqa: Y015

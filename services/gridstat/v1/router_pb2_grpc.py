@@ -84,6 +84,11 @@ class RouterControlStub:
                 request_serializer=gridstat_dot_v1_dot_router__pb2.HealthRequest.SerializeToString,
                 response_deserializer=gridstat_dot_v1_dot_router__pb2.HealthReply.FromString,
                 _registered_method=True)
+        self.WatchLinks = channel.unary_stream(
+                '/gridstat.v1.RouterControl/WatchLinks',
+                request_serializer=gridstat_dot_v1_dot_router__pb2.WatchLinksRequest.SerializeToString,
+                response_deserializer=gridstat_dot_v1_dot_router__pb2.LinkEvent.FromString,
+                _registered_method=True)
 
 
 class RouterControlServicer:
@@ -155,6 +160,14 @@ class RouterControlServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WatchLinks(self, request, context):
+        """Link liveness as seen by this router: first the current state of every router
+        channel, then one message per change (a failed or restored event channel).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RouterControlServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -207,6 +220,11 @@ def add_RouterControlServicer_to_server(servicer, server):
                     servicer.Health,
                     request_deserializer=gridstat_dot_v1_dot_router__pb2.HealthRequest.FromString,
                     response_serializer=gridstat_dot_v1_dot_router__pb2.HealthReply.SerializeToString,
+            ),
+            'WatchLinks': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchLinks,
+                    request_deserializer=gridstat_dot_v1_dot_router__pb2.WatchLinksRequest.FromString,
+                    response_serializer=gridstat_dot_v1_dot_router__pb2.LinkEvent.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -479,6 +497,33 @@ class RouterControl:
             '/gridstat.v1.RouterControl/Health',
             gridstat_dot_v1_dot_router__pb2.HealthRequest.SerializeToString,
             gridstat_dot_v1_dot_router__pb2.HealthReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchLinks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/gridstat.v1.RouterControl/WatchLinks',
+            gridstat_dot_v1_dot_router__pb2.WatchLinksRequest.SerializeToString,
+            gridstat_dot_v1_dot_router__pb2.LinkEvent.FromString,
             options,
             channel_credentials,
             insecure,

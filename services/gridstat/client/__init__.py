@@ -1,0 +1,25 @@
+"""The GridStat client SDK: publishers and subscribers of status variables (dissertation 2.1).
+
+``Publisher`` sends GPS-aligned events to its edge router; ``Subscriber`` receives them and
+offers GridStat's three subscriber models (2.1.5): a pull holder, a push callback and a
+QoS-violation callback, plus snapshot groups of in-phase variables. Variable ids come from
+``gridstat.core.model.VariableRegistry``; until the brokers exist the caller installs routes.
+"""
+
+from gridstat.client.holders import Holder, Violation
+from gridstat.client.publisher import AlertTooEarly, PublicationHandle, Publisher
+from gridstat.client.snapshot import Snapshot, SnapshotGroup
+from gridstat.client.subscriber import Subscriber
+from gridstat.client.subscription import Subscription
+
+__all__ = [
+    "AlertTooEarly",
+    "Holder",
+    "PublicationHandle",
+    "Publisher",
+    "Snapshot",
+    "SnapshotGroup",
+    "Subscriber",
+    "Subscription",
+    "Violation",
+]

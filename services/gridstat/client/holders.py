@@ -1,0 +1,151 @@
+"""What a subscriber keeps per subscription: the holder, violations, counters, de-duplication.
+
+GridStat's subscriber side offers three models (dissertation 2.1.5, brief section 2 "Holder
+metadata"): *pull* (a holder the application reads whenever it likes), *push* (a callback per
+event) and a *QoS-violation* callback. Everything here is pure and I/O-free so the unit tests can
+drive it with explicit timestamps; ``subscription.py`` wires it together.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+from gridstat.core import filtering
+from gridstat.core.wire import DerivedValue
+
+#: Latency samples kept per subscription: enough for a p99.9 without unbounded memory.
+LATENCY_RING = 4096
+#: Timestamps remembered for de-duplication; copies older than this window count as stale.
+DEDUP_WINDOW = 64
+
+
+@dataclass(slots=True)
+class Holder:
+    """The newest delivered event of one subscription (the pull model).
+
+    A fresh Holder replaces the previous one on every delivery, so a reference the application
+    keeps is a consistent view of one event, never a half-updated mix of two.
+    """
+
+    value: object
+    timestamp_ms: int
+    received_ms: int
+    #: Received wall clock minus the publisher's timestamp (needs NTP/PTP-aligned clocks, README).
+    latency_ms: int
+    options: tuple[DerivedValue, ...] = ()
+    #: True when the value was extrapolated rather than received; always False until
+    #: extrapolation holders land (dissertation 2.1.5, "pluggable extrapolation").
+    extrapolated: bool = False
+    #: False when timestamps were skipped between this event and the previous one.
+    sequence_ok: bool = True
+    alert: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    """A breach of a subscription's QoS.
+
+    ``late``: the next expected event had not arrived by its deadline (reported by the monitor,
+    once per missed deadline); ``gap``: an arriving event skipped expected timestamps whose
+    deadline the monitor had not reported yet; ``latency``: an event arrived, but later than the
+    latency budget.
+    """
+
+    kind: str
+    expected_ts_ms: int
+    detected_ms: int
+    last_ts_ms: int | None
+    #: For ``latency``: the event's latency; None otherwise.
+    latency_ms: int | None = None
+    #: For ``late``: deadlines missed since the last report (1 unless the monitor was starved).
+    missed: int = 1
+
+
+class LatencyRing:
+    """The last ``size`` latency samples; percentiles by nearest rank over a sorted copy."""
+
+    __slots__ = ("_samples",)
+
+    def __init__(self, size: int = LATENCY_RING) -> None:
+        self._samples: deque[int] = deque(maxlen=size)
+
+    def add(self, latency_ms: int) -> None:
+        self._samples.append(latency_ms)
+
+    def __len__(self) -> int:
+        return len(self._samples)
+
+    def percentile(self, q: float) -> float | None:
+        """Nearest-rank percentile (``q`` in 0..100); None when there are no samples."""
+        if not self._samples:
+            return None
+        ordered = sorted(self._samples)
+        rank = max(0, min(len(ordered) - 1, math.ceil(q / 100 * len(ordered)) - 1))
+        return float(ordered[rank])
+
+    def summary(self) -> dict[str, float | None]:
+        return {"p50": self.percentile(50), "p99": self.percentile(99), "p999": self.percentile(99.9)}
+
+
+@dataclass
+class SubscriptionStats:
+    delivered: int = 0
+    duplicates: int = 0
+    stale: int = 0
+    #: Events the subscription's own rate filter rejected (a channel shared with a shorter interval).
+    filtered: int = 0
+    #: Expected timestamps that never arrived, computed from the delivered timestamps.
+    gaps: int = 0
+    violations: int = 0
+    callback_errors: int = 0
+    latency: LatencyRing = field(default_factory=LatencyRing)
+
+
+class DedupWindow:
+    """First copy wins: classifies a timestamp as new, duplicate or stale in O(1).
+
+    Redundant disjoint paths (dissertation 2.1.5, "redundancy") deliver the same (variable,
+    timestamp) more than once. Only timestamps newer than the newest delivered one are delivered
+    (so the holder only moves forward); a recently delivered timestamp is a duplicate even when its
+    copy arrives after newer ones, and anything else older is stale.
+    """
+
+    __slots__ = ("_order", "_seen", "newest")
+
+    NEW, DUPLICATE, STALE = 0, 1, 2
+
+    def __init__(self, size: int = DEDUP_WINDOW) -> None:
+        self._seen: set[int] = set()
+        self._order: deque[int] = deque(maxlen=size)
+        self.newest: int | None = None
+
+    def classify(self, ts_ms: int) -> int:
+        if ts_ms in self._seen:
+            return self.DUPLICATE
+        if self.newest is not None and ts_ms <= self.newest:
+            return self.STALE
+        order = self._order
+        if len(order) == order.maxlen:
+            self._seen.discard(order[0])
+        order.append(ts_ms)
+        self._seen.add(ts_ms)
+        self.newest = ts_ms
+        return self.NEW
+
+
+def next_expected_ts(last_ts_ms: int, pub_interval_ms: int, sub_interval_ms: int) -> int:
+    """The nominal instant of the next filter phase after ``last_ts_ms`` (Function 4.1, 4.2.1).
+
+    The filter passes ``ts`` when ``(ts + ceil(pub/2)) % sub < pub``; phases are centred on the
+    multiples of ``sub``, so for GPS-aligned publishers this is simply ``last_ts + sub``.
+    """
+    half = filtering.half_interval(pub_interval_ms)
+    return ((last_ts_ms + half) // sub_interval_ms + 1) * sub_interval_ms
+
+
+def missing_between(last_ts_ms: int, ts_ms: int, sub_interval_ms: int) -> int:
+    """Expected timestamps skipped between two delivered ones: round((ts-last)/interval) - 1."""
+    steps = (ts_ms - last_ts_ms + sub_interval_ms // 2) // sub_interval_ms
+    return steps - 1 if steps > 1 else 0

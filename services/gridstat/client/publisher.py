@@ -1,0 +1,170 @@
+"""The publisher end of an event channel: GPS-aligned events sent to the edge status router.
+
+A publisher (a PMU, a SCADA front end) sends each status variable at its publication interval
+to its edge router (dissertation 2.1.1, 2.1.3). Timestamps are aligned to the interval (GPS in
+the seed, NTP/PTP here, README "Clocks") so that Function 4.1 keeps or drops related variables as
+a set (4.1); the application may pass its own (GPS) timestamp instead. Publishing never blocks
+the caller: a full socket buffer drops the datagram and counts it (``stats.dropped``).
+
+Alerts (2.1.3) carry ``FLAG_ALERT`` and are rate-limited by their ``min_interval_ms``. We chose
+to *raise* ``AlertTooEarly`` (retriable) for an alert sent too soon rather than drop it silently:
+an alert is rare and important, so the application must learn that it was not sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from gridstat.core import clock, wire
+from gridstat.core.model import StatusVariable, check_name
+from gridstat.errors import GridStatError, ValidationError
+
+
+class AlertTooEarly(GridStatError):
+    """An alert came less than ``min_interval_ms`` after the previous one of its variable."""
+
+    reason = "AlertRateLimited"
+    retriable = True
+
+
+@dataclass
+class PublisherStats:
+    published: int = 0  # events handed to the socket
+    dropped: int = 0  # events lost to a full socket buffer or a send error
+    datagrams: int = 0
+    alerts_rejected: int = 0
+
+
+class PublicationHandle:
+    """One status variable of a publisher; ``publish`` encodes and sends one event."""
+
+    def __init__(self, publisher: Publisher, var: StatusVariable) -> None:
+        self.publisher = publisher
+        self.variable = var
+        self._last_alert_ms: int | None = None
+
+    def encode(self, value: object, ts_ms: int, options: Sequence[wire.DerivedValue] = ()) -> bytes:
+        """Check the type and the alert rate, then encode; raises TypeMismatch or AlertTooEarly."""
+        var = self.variable
+        data = wire.encode_value(var.type, value)
+        flags = 0
+        if var.alert:
+            last = self._last_alert_ms
+            if last is not None and ts_ms - last < var.min_interval_ms:
+                self.publisher.stats.alerts_rejected += 1
+                raise AlertTooEarly(f"alert {var.full_name!r} at {ts_ms} is {ts_ms - last} ms after the "
+                                    f"previous one; min_interval_ms is {var.min_interval_ms}",
+                                    field="ts_ms")
+            self._last_alert_ms = ts_ms
+            flags = wire.FLAG_ALERT
+        return wire.encode_event(wire.Event(ts_ms, var.variable_id, data, flags, tuple(options)))
+
+    def default_ts(self) -> int:
+        """Now, aligned to the publication interval (alerts are aperiodic: not aligned)."""
+        now = clock.now_ms()
+        return now if self.variable.alert else clock.align_ms(now, self.variable.interval_ms)
+
+    def publish(self, value: object, ts_ms: int | None = None, *,
+                options: Sequence[wire.DerivedValue] = ()) -> int:
+        """Send one event; returns the timestamp used. ``options`` are derived values (3.2.1)."""
+        ts = self.default_ts() if ts_ms is None else ts_ms
+        self.publisher._send([self.encode(value, ts, options)])
+        return ts
+
+
+class Publisher:
+    """A publisher's client: one non-blocking UDP socket towards its edge router's event port."""
+
+    def __init__(self, name: str, publisher_id: int, edge: tuple[str, int], *, mtu: int = wire.DEFAULT_MTU) -> None:
+        check_name(name, what="publisher")
+        if not 1 <= publisher_id <= 0xFFFF_FFFF:
+            raise ValidationError(f"publisher id {publisher_id} is outside 1..2**32-1", field="publisher_id")
+        self.name = name
+        self.publisher_id = publisher_id
+        self.edge = edge
+        self.mtu = mtu
+        self.stats = PublisherStats()
+        self._sequence = 0
+        self._sock: socket.socket | None = None
+        self._state = "new"  # new -> started -> stopped
+        self._stopping = asyncio.Event()
+
+    async def start(self) -> None:
+        if self._state != "new":
+            return
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        sock.bind(("127.0.0.1", 0))
+        sock.setblocking(False)
+        self._sock = sock
+        self._state = "started"
+
+    async def stop(self) -> None:
+        if self._state == "started" and self._sock is not None:
+            self._sock.close()
+        self._state = "stopped"
+        self._stopping.set()
+
+    async def __aenter__(self) -> Publisher:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    def variable(self, var: StatusVariable) -> PublicationHandle:
+        if var.publisher != self.name:
+            raise ValidationError(f"{var.full_name!r} belongs to publisher {var.publisher!r}, not {self.name!r}",
+                                  field="variable")
+        return PublicationHandle(self, var)
+
+    def publish_many(self, items: Sequence[tuple[PublicationHandle, object]], ts_ms: int | None = None) -> int:
+        """Publish several variables with one timestamp, packed in as few datagrams as the MTU allows
+        (a PMU's phasors of one instant travel together). All are type-checked before any is sent."""
+        if not items:
+            raise ValidationError("publish_many needs at least one (handle, value)", field="items")
+        if ts_ms is None:
+            periodic = [h.variable.interval_ms for h, _ in items if not h.variable.alert]
+            now = clock.now_ms()
+            ts_ms = clock.align_ms(now, min(periodic)) if periodic else now
+        events = [h.encode(v, ts_ms) for h, v in items]
+        self._send(events)
+        return ts_ms
+
+    def _send(self, events: list[bytes]) -> None:
+        sock = self._sock
+        if sock is None or self._state != "started":
+            raise ValidationError(f"publisher {self.name} is not started", field="state")
+        for batch in wire.pack_events(events, mtu=self.mtu):
+            self._sequence = (self._sequence + 1) & 0xFFFF_FFFF
+            data = wire.encode_datagram(self.publisher_id, self._sequence, batch)
+            try:
+                sock.sendto(data, self.edge)
+            except OSError:  # BlockingIOError (buffer full) or ICMP refusal: never block, count
+                self.stats.dropped += len(batch)
+                continue
+            self.stats.published += len(batch)
+            self.stats.datagrams += 1
+
+    async def run_periodic(self, handle: PublicationHandle, value_fn: Callable[[int], object], *,
+                           count: int | None = None) -> int:
+        """Publish ``value_fn(ts)`` at every aligned instant of the interval until ``count`` events
+        or ``stop()``; returns how many were published. Sleeps to each next aligned millisecond."""
+        interval = handle.variable.effective_interval_ms
+        done = 0
+        last = 0
+        while (count is None or done < count) and self._state == "started":
+            now = clock.now_ms()
+            # A timer may wake a little early; never stamp the same instant twice.
+            ts = clock.next_aligned_ms(max(now, last), interval)
+            last = ts
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), (ts - now) / 1000)
+            if self._state != "started":
+                break
+            handle.publish(value_fn(ts), ts)
+            done += 1
+        return done

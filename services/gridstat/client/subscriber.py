@@ -1,0 +1,205 @@
+"""The subscriber end of event channels: one UDP socket, a drain loop and a deadline monitor.
+
+An edge router's subscriber channel sends this socket the events of every subscription of the
+subscriber (dissertation 2.1.1, Fig 2.1); the variable id in each event picks the subscription.
+The receive path is the router's: ``add_reader`` on a non-blocking socket and ``recv`` until
+EAGAIN (docs/benchmarks.md). Peer input never raises out of the loop: a bad datagram is counted
+by its ``DropReason`` and a failing user callback is logged and counted (issue 2, "Bad input").
+One monitor task per subscriber checks every subscription's next deadline on a short tick; that
+is GridStat's QoS-violation callback model (2.1.5).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from gridstat.core import clock, wire
+from gridstat.core.aio import create_guarded_task
+from gridstat.core.model import StatusVariable, check_name
+from gridstat.errors import DuplicateName, ValidationError
+
+from .snapshot import SnapshotCallback, SnapshotGroup
+from .subscription import EventCallback, Subscription, ViolationCallback
+
+log = logging.getLogger(__name__)
+
+_UNKNOWN_VARIABLE = wire.DropReason.UNKNOWN_VARIABLE.value
+_KIND_EVENTS = wire.KIND_EVENTS
+
+
+@dataclass
+class SubscriberStats:
+    datagrams: int = 0
+    events: int = 0
+    #: Datagrams or events not delivered, by reason (DropReason values, ``unknown_variable``).
+    drops: Counter[str] = field(default_factory=Counter)
+    callback_errors: int = 0
+
+
+class Subscriber:
+    """A subscriber process's client: owns the socket every subscription's events arrive on."""
+
+    def __init__(self, name: str, subscriber_id: int, host: str = "127.0.0.1", port: int = 0, *,
+                 socket_buffer_bytes: int = 4 * 1024 * 1024, drain_batch: int = 256) -> None:
+        check_name(name, what="subscriber")
+        if not 1 <= subscriber_id <= 0xFFFF_FFFF:
+            raise ValidationError(f"subscriber id {subscriber_id} is outside 1..2**32-1", field="subscriber_id")
+        self.name = name
+        self.subscriber_id = subscriber_id
+        self.stats = SubscriberStats()
+        self._bind = (host, port)
+        self._buffer = socket_buffer_bytes
+        self._batch = drain_batch
+        self._subs: dict[int, Subscription] = {}
+        self._groups: dict[str, SnapshotGroup] = {}
+        self._sock: socket.socket | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._monitor: asyncio.Task[None] | None = None
+        self._state = "new"  # new -> started -> stopped
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+    @property
+    def address(self) -> tuple[str, int]:
+        """Where an edge router's subscriber channel must send (``add_channel(address=...)``)."""
+        if self._sock is None:
+            raise ValidationError(f"subscriber {self.name} is not started", field="state")
+        host, port = self._sock.getsockname()[:2]
+        return str(host), int(port)
+
+    async def start(self) -> None:
+        if self._state != "new":
+            return
+        self._state = "started"
+        self._loop = asyncio.get_running_loop()
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        with contextlib.suppress(OSError):  # capped by the kernel, not fatal
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self._buffer)
+        sock.bind(self._bind)
+        sock.setblocking(False)
+        self._sock = sock
+        self._loop.add_reader(sock.fileno(), self._on_readable)
+        self._monitor = create_guarded_task(self._watch(), name=f"{self.name}-qos-monitor")
+
+    async def stop(self) -> None:
+        if self._state != "started":
+            self._state = "stopped"
+            return
+        self._state = "stopped"
+        if self._monitor is not None:
+            self._monitor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._monitor
+        if self._sock is not None and self._loop is not None:
+            self._loop.remove_reader(self._sock.fileno())
+            self._sock.close()
+
+    async def __aenter__(self) -> Subscriber:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    # -- subscriptions ------------------------------------------------------------------------------
+    def subscribe(self, var: StatusVariable, *, interval_ms: int, latency_ms: int,
+                  on_event: EventCallback | None = None, on_violation: ViolationCallback | None = None,
+                  extrapolate: Callable[..., Any] | None = None) -> Subscription:
+        """Subscribe to ``var``; the caller installs the routes that bring its events here."""
+        if var.variable_id in self._subs:
+            raise DuplicateName(f"subscriber {self.name} already subscribes to {var.full_name!r}",
+                                field="variable")
+        sub = Subscription(var, interval_ms=interval_ms, latency_ms=latency_ms, on_event=on_event,
+                           on_violation=on_violation, extrapolate=extrapolate, subscriber=self)
+        self._subs[var.variable_id] = sub
+        return sub
+
+    def subscriptions(self) -> list[Subscription]:
+        return list(self._subs.values())
+
+    def _forget(self, sub: Subscription) -> None:
+        if self._subs.get(sub.variable.variable_id) is sub:
+            del self._subs[sub.variable.variable_id]
+
+    def snapshot_group(self, name: str, subscriptions: Iterable[Subscription], *, history: int = 1,
+                       on_snapshot: SnapshotCallback | None = None) -> SnapshotGroup:
+        """A group subscription (2.1.5): complete in-phase sets of the given subscriptions."""
+        if name in self._groups:
+            raise DuplicateName(f"subscriber {self.name} already has group {name!r}", field="name")
+        members = list(subscriptions)
+        for sub in members:
+            if self._subs.get(sub.variable.variable_id) is not sub:
+                raise ValidationError(f"{sub.full_name!r} is not a subscription of {self.name}",
+                                      field="subscriptions")
+        group = SnapshotGroup(name, members, history=history, on_snapshot=on_snapshot)
+        self._groups[name] = group
+        return group
+
+    def remove_group(self, name: str) -> None:
+        group = self._groups.pop(name, None)
+        if group is not None:
+            for sub in group.members:
+                group.remove(sub)
+
+    # -- receive path -------------------------------------------------------------------------------
+    def _on_readable(self) -> None:
+        sock = self._sock
+        assert sock is not None
+        recv = sock.recv
+        stats = self.stats
+        now_ms = clock.now_ms()
+        for _ in range(self._batch):
+            try:
+                data = recv(65536)
+            except BlockingIOError:
+                break
+            except OSError:
+                stats.drops[wire.DropReason.SEND_ERROR.value] += 1
+                continue
+            self.process(data, now_ms)
+
+    def process(self, data: bytes, now_ms: int) -> None:
+        """Decode one datagram and deliver its events; never raises on peer input."""
+        stats = self.stats
+        stats.datagrams += 1
+        try:
+            dgram = wire.decode_datagram(data)
+        except wire.DecodeError as exc:
+            stats.drops[exc.reason.value] += 1
+            return
+        if dgram.kind != _KIND_EVENTS:
+            stats.drops["control"] += 1
+            return
+        subs = self._subs
+        for ev in dgram.events:
+            stats.events += 1
+            sub = subs.get(ev.variable_id)
+            if sub is None:
+                stats.drops[_UNKNOWN_VARIABLE] += 1
+                continue
+            sub.handle_event(ev, now_ms)
+
+    # -- QoS monitor ----------------------------------------------------------------------------------
+    def tick_ms(self) -> int:
+        """A quarter of the shortest subscription interval, within 1..50 ms."""
+        shortest = min((s.interval_ms for s in self._subs.values()), default=200)
+        return max(1, min(50, shortest // 4))
+
+    def check_deadlines(self, now_ms: int) -> int:
+        """Report late events to their subscriptions; returns how many violations fired."""
+        fired = 0
+        for sub in list(self._subs.values()):
+            if sub.check(now_ms) is not None:
+                fired += 1
+        return fired
+
+    async def _watch(self) -> None:
+        while True:
+            await asyncio.sleep(self.tick_ms() / 1000)
+            self.check_deadlines(clock.now_ms())

@@ -33,7 +33,7 @@ MAX_MODES = 16
 TEMPORARY_MODE_SLOT = 16
 INITIAL_MODE = 0
 
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
+_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
 
 
 class ValueType(enum.IntEnum):
@@ -66,13 +66,16 @@ class StructType:
     _codec: struct.Struct = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if not _NAME_RE.match(self.name):
+        if not _NAME_RE.fullmatch(self.name):
             raise ValidationError(f"struct type name {self.name!r} is not a valid name", field="name")
         if not self.fields:
             raise ValidationError(f"struct type {self.name!r} has no fields", field="fields")
         seen: set[str] = set()
         codes = []
         for fname, ftype in self.fields:
+            if not isinstance(fname, str) or not _NAME_RE.fullmatch(fname):
+                raise ValidationError(f"struct type {self.name!r} field name {fname!r} is not a valid name",
+                                      field="fields")
             if fname in seen:
                 raise ValidationError(f"struct type {self.name!r} repeats field {fname!r}", field="fields")
             seen.add(fname)
@@ -138,7 +141,7 @@ BOOL = TypeSpec(ValueType.BOOL)
 
 
 def check_name(name: str, *, what: str) -> str:
-    if not isinstance(name, str) or not _NAME_RE.match(name):
+    if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
         raise ValidationError(
             f"{what} {name!r} must be 1-128 characters of letters, digits, '_', '.', ':' or '-'", field=what
         )

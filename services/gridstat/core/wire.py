@@ -24,7 +24,7 @@ event when the value is a scalar and there are no options)::
     16 ...  value, then option_count x (u16 kind, u16 window, u32 reserved, f64 value)
 
 Ping and pong carry one u64 (the sender's monotonic ns) as their body, so a
-link's round trip can be measured.
+link's round trip can be measured; they have count 0 and no tag (24 bytes exactly).
 
 The decoder never raises on peer input: every failure maps to a ``DropReason``
 so the receive loop can count it and carry on (issue 2, "Bad input").
@@ -159,7 +159,10 @@ def encode_value(type_spec: TypeSpec, value: object) -> bytes:
     if kind is ValueType.FLOAT:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise TypeMismatch(f"expected a float value, got {type(value).__name__}")
-        return _F64.pack(float(value))
+        try:
+            return _F64.pack(float(value))
+        except OverflowError as exc:  # an int beyond the double range
+            raise TypeMismatch(f"int value {value} does not fit in a 64-bit float") from exc
     if kind is ValueType.BOOL:
         if not isinstance(value, bool):
             raise TypeMismatch(f"expected a bool value, got {type(value).__name__}")
@@ -167,7 +170,10 @@ def encode_value(type_spec: TypeSpec, value: object) -> bytes:
     assert type_spec.struct_type is not None
     if not isinstance(value, dict):
         raise TypeMismatch(f"expected a dict for struct {type_spec.name!r}, got {type(value).__name__}")
-    return type_spec.struct_type.pack(value)
+    try:
+        return type_spec.struct_type.pack(value)
+    except OverflowError as exc:  # 1e300 in a float32 field: struct raises OverflowError here
+        raise TypeMismatch(f"value does not fit struct {type_spec.name!r}: {exc}") from exc
 
 
 def decode_value(type_spec: TypeSpec, data: bytes) -> object:
@@ -178,7 +184,9 @@ def decode_value(type_spec: TypeSpec, data: bytes) -> object:
         if kind is ValueType.FLOAT:
             return _F64.unpack(data)[0]
         if kind is ValueType.BOOL:
-            return data[0] != 0 and len(data) == SCALAR_SIZE
+            if len(data) != SCALAR_SIZE:
+                raise TypeMismatch(f"{len(data)} value bytes do not decode as 'bool'")
+            return data[0] != 0
         st: StructType | None = type_spec.struct_type
         assert st is not None
         return st.unpack(data)
@@ -193,20 +201,33 @@ def encode_event(event: Event) -> bytes:
         raise ValidationError(f"value of {len(event.value)} bytes exceeds {MAX_VALUE_LEN}", field="value")
     if len(event.options) > 255:
         raise ValidationError("at most 255 options per event", field="options")
-    parts = [
-        EVENT_HEAD.pack(event.timestamp_ms, event.variable_id, event.flags & 0xFF, len(event.options),
-                        len(event.value)),
-        event.value,
-    ]
-    parts.extend(OPTION.pack(o.kind, o.window, 0, o.value) for o in event.options)
+    try:
+        parts = [
+            EVENT_HEAD.pack(event.timestamp_ms, event.variable_id, event.flags & 0xFF, len(event.options),
+                            len(event.value)),
+            event.value,
+        ]
+    except struct.error as exc:
+        raise ValidationError(f"timestamp_ms must be 0..2**64-1 and variable_id 0..2**32-1: {exc}",
+                              field="event") from exc
+    try:
+        parts.extend(OPTION.pack(o.kind, o.window, 0, o.value) for o in event.options)
+    except struct.error as exc:
+        raise ValidationError(f"option kind and window must be 0..65535, value a float: {exc}",
+                              field="options") from exc
     return b"".join(parts)
 
 
 def encode_header(kind: int, sender_id: int, sequence: int, count: int, tag_len: int = 0) -> bytes:
-    return HEADER.pack(MAGIC, WIRE_VERSION, kind, sender_id, sequence & 0xFFFF_FFFF, count, tag_len, 0)
+    try:
+        return HEADER.pack(MAGIC, WIRE_VERSION, kind, sender_id, sequence & 0xFFFF_FFFF, count, tag_len, 0)
+    except struct.error as exc:
+        raise ValidationError(f"datagram header field out of range: {exc}", field="header") from exc
 
 
 def encode_datagram(sender_id: int, sequence: int, encoded_events: Sequence[bytes], tag: bytes = b"") -> bytes:
+    if not encoded_events:
+        raise ValidationError("an events datagram needs at least one event", field="events")
     if len(encoded_events) > 0xFFFF:
         raise ValidationError("at most 65535 events per datagram", field="events")
     if len(tag) > MAX_TAG_LEN:
@@ -219,6 +240,8 @@ def encode_datagram(sender_id: int, sequence: int, encoded_events: Sequence[byte
 
 
 def encode_ping(kind: int, sender_id: int, sequence: int, ping_ns: int) -> bytes:
+    if kind not in (KIND_PING, KIND_PONG):
+        raise ValidationError(f"kind {kind} is not ping ({KIND_PING}) or pong ({KIND_PONG})", field="kind")
     return encode_header(kind, sender_id, sequence, 0) + PING_BODY.pack(ping_ns & 0xFFFF_FFFF_FFFF_FFFF)
 
 
@@ -255,17 +278,21 @@ def check_header(data: bytes | bytearray | memoryview, nbytes: int) -> tuple[int
         raise DecodeError(DropReason.BAD_MAGIC, f"magic 0x{magic:04x} is not 0x{MAGIC:04x}")
     if version != WIRE_VERSION:
         raise DecodeError(DropReason.BAD_VERSION, f"version {version} is not {WIRE_VERSION}")
-    if tag_len > MAX_TAG_LEN:
-        raise DecodeError(DropReason.MALFORMED, f"tag length {tag_len} exceeds {MAX_TAG_LEN}")
-    body_end = nbytes - tag_len
-    if body_end < HEADER_SIZE:
-        raise DecodeError(DropReason.TRUNCATED, f"tag of {tag_len} bytes overlaps the header")
+    # Same checks in the same order as the router's Forwarder.process, so both receivers
+    # drop a given datagram for the same reason.
     if kind == KIND_EVENTS:
+        if tag_len > MAX_TAG_LEN:
+            raise DecodeError(DropReason.MALFORMED, f"tag length {tag_len} exceeds {MAX_TAG_LEN}")
         if count == 0:
             raise DecodeError(DropReason.MALFORMED, "events datagram with no events")
+        body_end = nbytes - tag_len
+        if body_end < HEADER_SIZE:
+            raise DecodeError(DropReason.TRUNCATED, f"tag of {tag_len} bytes overlaps the header")
     elif kind in (KIND_PING, KIND_PONG):
-        if count != 0 or body_end - HEADER_SIZE != PING_BODY.size:
-            raise DecodeError(DropReason.MALFORMED, "ping/pong must carry exactly one u64 and no events")
+        if count != 0 or tag_len != 0 or nbytes != HEADER_SIZE + PING_BODY.size:
+            raise DecodeError(DropReason.MALFORMED,
+                              "ping/pong must carry exactly one u64, no events and no tag")
+        body_end = nbytes
     else:
         raise DecodeError(DropReason.BAD_KIND, f"unknown datagram kind {kind}")
     return kind, sender, seq, count, body_end

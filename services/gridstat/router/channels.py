@@ -162,16 +162,18 @@ class EventChannel:
 
     def _send(self, sendto: SendTo, parts: list[bytes], address: tuple[str, int]) -> bool:
         count = len(parts) - 1
-        seq = self.sequence = (self.sequence + 1) & 0xFFFF_FFFF
+        seq = (self.sequence + 1) & 0xFFFF_FFFF
         parts[0] = _HEADER_PACK(_MAGIC, _VERSION, _KIND_EVENTS, self.sender_id, seq, count, 0, 0)
         try:
             sendto(b"".join(parts), address)
         except BlockingIOError:
-            return False
+            return False  # the sequence number is not used up: no false gap at the receiver
         except OSError:
             # Unreachable peer, no buffer space...: count and move on; never stop the loop.
             self.stats.drops[DropReason.SEND_ERROR.value] += count
+            self.sequence = seq
             return True
+        self.sequence = seq
         self.stats.events_sent += count
         self.stats.datagrams_sent += 1
         return True

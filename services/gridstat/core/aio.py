@@ -30,3 +30,22 @@ def create_guarded_task(coro: Coroutine[Any, Any, None], *, name: str) -> asynci
 
     task.add_done_callback(_report)
     return task
+
+
+def exit_with_parent(sig: int = 15) -> bool:
+    """Ask Linux to send ``sig`` (SIGTERM) to this process when its parent dies (PR_SET_PDEATHSIG).
+
+    Child roles started by a supervisor (``gridstat up``, the benchmarks) use it so that a
+    supervisor killed with SIGKILL leaves no orphans. Returns False where unsupported.
+    """
+    import ctypes
+    import os
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        ok = libc.prctl(1, sig, 0, 0, 0) == 0  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return False
+    if ok and os.getppid() == 1:  # the parent died before prctl took effect
+        os.kill(os.getpid(), sig)
+    return bool(ok)

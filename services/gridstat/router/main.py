@@ -14,7 +14,7 @@ import logging
 import signal
 import sys
 
-from gridstat.core.aio import install_fast_loop
+from gridstat.core.aio import exit_with_parent, install_fast_loop
 from gridstat.core.tls import TlsFiles
 from gridstat.errors import ValidationError
 from gridstat.router.control import serve
@@ -40,6 +40,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tls-cert", default="", help="PEM certificate: serve the control API over TLS only")
     p.add_argument("--tls-key", default="", help="PEM private key of --tls-cert")
     p.add_argument("--tls-client-ca", default="", help="PEM CA: require client certificates it signed (mTLS)")
+    p.add_argument("--exit-with-parent", action="store_true",
+                   help="stop when the parent process dies (for supervisors such as 'gridstat up')")
     p.add_argument("--no-uvloop", action="store_true", help="use the default asyncio loop")
     p.add_argument("--log-level", default="WARNING")
 
@@ -74,6 +76,8 @@ async def _run(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.exit_with_parent:
+        exit_with_parent()
     if not args.no_uvloop:
         install_fast_loop()
     asyncio.run(_run(args))

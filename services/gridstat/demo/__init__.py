@@ -1,0 +1,1 @@
+"""``gridstat up``: the embedded example utility (topology files, a static route planner, a live view)."""

@@ -1,0 +1,384 @@
+"""Topology files of the embedded runner: clouds, routers, links, publishers, subscriptions.
+
+The schema is documented in ``docs/topology.md``. ``load_topology`` reads a YAML
+file and validates it whole; every error names the file, the line (from the
+YAML node marks) and the field, e.g. ``topology.yaml:14: links[2].b: unknown
+router 'r9'``, and is a ``TopologyError`` (a ``ValidationError``), so the CLI
+exits 2 with that message.
+
+Numeric ids are assigned here, in file order, so that the planner and the
+runner agree on them: routers 1.., publishers 1001.., subscriptions 2001..
+(a subscription is its own subscriber endpoint, with its own event channel).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gridstat.core.model import PRIORITIES, PRIORITY_HIGH, TypeSpec, ValueType, check_name
+from gridstat.errors import ValidationError
+
+DEFAULT_TOPOLOGY_PATH = Path(__file__).with_name("default-topology.yaml")
+
+ROLES = ("edge", "internal", "border")
+VALUE_TYPES = ("int", "float", "bool")
+PUBLISHER_ID_BASE = 1000
+SUBSCRIBER_ID_BASE = 2000
+MAX_REDUNDANCY = 2
+
+_TOP_KEYS = {"clouds": True, "routers": True, "links": True, "publishers": True, "subscriptions": True}
+_CLOUD_KEYS = {"name": True}
+_ROUTER_KEYS = {"name": True, "role": True, "cloud": True}
+_LINK_KEYS = {"a": True, "b": True, "latency_ms": True, "bandwidth_kbps": False}
+_PUBLISHER_KEYS = {"name": True, "edge": True, "variables": True}
+_VARIABLE_KEYS = {"name": True, "type": True, "interval_ms": True, "priority": False}
+_SUBSCRIPTION_KEYS = {"name": True, "edge": True, "variable": True, "interval_ms": True, "latency_ms": True,
+                      "redundancy": False}
+
+
+class TopologyError(ValidationError):
+    """A topology file is not valid; the message starts with ``file:line: field:``."""
+
+
+Path_ = tuple[str | int, ...]
+
+
+def field_name(path: Path_) -> str:
+    """``("links", 2, "b")`` -> ``links[2].b``."""
+    out = ""
+    for part in path:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else part
+    return out or "(document)"
+
+
+@dataclass(frozen=True)
+class Router:
+    name: str
+    role: str
+    cloud: str
+    router_id: int
+
+
+@dataclass(frozen=True)
+class Link:
+    a: str
+    b: str
+    latency_ms: float
+    bandwidth_kbps: int
+
+
+@dataclass(frozen=True)
+class Variable:
+    publisher: str
+    name: str
+    type: str
+    interval_ms: int
+    priority: int
+    variable_id: int
+
+    @property
+    def full_name(self) -> str:
+        return f"{self.publisher}/{self.name}"
+
+    @property
+    def type_spec(self) -> TypeSpec:
+        return TypeSpec(ValueType[self.type.upper()])
+
+
+@dataclass(frozen=True)
+class Publisher:
+    name: str
+    edge: str
+    variables: tuple[Variable, ...]
+    publisher_id: int
+
+
+@dataclass(frozen=True)
+class Subscription:
+    name: str
+    edge: str
+    variable: str
+    interval_ms: int
+    latency_ms: int
+    redundancy: int
+    subscriber_id: int
+
+
+@dataclass(frozen=True)
+class Topology:
+    source: str
+    clouds: tuple[str, ...]
+    routers: tuple[Router, ...]
+    links: tuple[Link, ...]
+    publishers: tuple[Publisher, ...]
+    subscriptions: tuple[Subscription, ...]
+    #: ``field_name(path)`` -> 1-based line, for errors found after loading (the planner's).
+    lines: Mapping[str, int] = field(default_factory=dict, compare=False, repr=False)
+
+    def router(self, name: str) -> Router:
+        return next(r for r in self.routers if r.name == name)
+
+    def variable(self, full_name: str) -> Variable:
+        for p in self.publishers:
+            for v in p.variables:
+                if v.full_name == full_name:
+                    return v
+        raise KeyError(full_name)
+
+    def publisher_of(self, full_name: str) -> Publisher:
+        pub = full_name.split("/", 1)[0]
+        return next(p for p in self.publishers if p.name == pub)
+
+    def error(self, path: Path_, message: str) -> TopologyError:
+        """An error at ``path`` (the nearest enclosing node that has a line)."""
+        return _error(self.source, self.lines, path, message)
+
+
+def _error(source: str, lines: Mapping[str, int], path: Path_, message: str) -> TopologyError:
+    name = field_name(path)
+    line = None
+    for n in range(len(path), -1, -1):
+        line = lines.get(field_name(path[:n]))
+        if line is not None:
+            break
+    where = f"{source}:{line}" if line is not None else source
+    return TopologyError(f"{where}: {name}: {message}", field=name)
+
+
+def _walk_lines(node: yaml.Node, path: Path_, out: dict[str, int], source: str) -> Iterator[TopologyError]:
+    """Record the line of every node by field name; yield duplicate-key errors."""
+    out.setdefault(field_name(path), node.start_mark.line + 1)
+    if isinstance(node, yaml.MappingNode):
+        seen: set[str] = set()
+        for key, value in node.value:
+            k = str(key.value)
+            if k in seen:
+                yield TopologyError(f"{source}:{key.start_mark.line + 1}: {field_name((*path, k))}: "
+                                    f"duplicate key {k!r}", field=field_name((*path, k)))
+            seen.add(k)
+            out[field_name((*path, k))] = key.start_mark.line + 1
+            yield from _walk_lines(value, (*path, k), out, source)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            yield from _walk_lines(item, (*path, i), out, source)
+
+
+class _Checker:
+    def __init__(self, source: str, lines: Mapping[str, int]) -> None:
+        self.source = source
+        self.lines = lines
+
+    def fail(self, path: Path_, message: str) -> TopologyError:
+        return _error(self.source, self.lines, path, message)
+
+    def mapping(self, value: object, path: Path_, keys: Mapping[str, bool]) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise self.fail(path, f"expected a mapping, got {_kind(value)}")
+        for k in value:
+            if k not in keys:
+                raise self.fail((*path, str(k)), f"unknown field {k!r}; expected one of {', '.join(keys)}")
+        for k, required in keys.items():
+            if required and k not in value:
+                raise self.fail(path, f"missing field {k!r}")
+        return value
+
+    def sequence(self, value: object, path: Path_) -> list[Any]:
+        if value is None:
+            return []
+        if not isinstance(value, list):
+            raise self.fail(path, f"expected a list, got {_kind(value)}")
+        return value
+
+    def name(self, value: object, path: Path_) -> str:
+        if not isinstance(value, str):
+            raise self.fail(path, f"expected a name, got {_kind(value)}")
+        try:
+            return check_name(value, what="name")
+        except ValidationError:
+            raise self.fail(path, f"{value!r} is not a valid name (1-128 letters, digits, '_', '.', ':', '-')"
+                            ) from None
+
+    def integer(self, value: object, path: Path_, *, low: int, high: int | None = None) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.fail(path, f"expected an integer, got {_kind(value)}")
+        if value < low or (high is not None and value > high):
+            bound = f"{low}..{high}" if high is not None else f">= {low}"
+            raise self.fail(path, f"{value} is out of range ({bound})")
+        return value
+
+    def number(self, value: object, path: Path_, *, low: float) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise self.fail(path, f"expected a number, got {_kind(value)}")
+        if value < low:
+            raise self.fail(path, f"{value} is out of range (>= {low})")
+        return float(value)
+
+    def choice(self, value: object, path: Path_, choices: tuple[str, ...]) -> str:
+        if value not in choices:
+            raise self.fail(path, f"{value!r} is not one of {', '.join(choices)}")
+        assert isinstance(value, str)
+        return value
+
+
+def _kind(value: object) -> str:
+    if value is None:
+        return "nothing"
+    return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean", int: "an integer",
+            float: "a number"}.get(type(value), type(value).__name__)
+
+
+def parse_topology(text: str, source: str = "topology.yaml") -> Topology:
+    """Parse and validate a topology document; ``source`` names it in errors."""
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{source}:{mark.line + 1}" if mark is not None else source
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise TopologyError(f"{where}: (document): not valid YAML: {problem}", field="(document)") from None
+    if node is None:
+        raise TopologyError(f"{source}: (document): the file is empty", field="(document)")
+    lines: dict[str, int] = {}
+    for err in _walk_lines(node, (), lines, source):
+        raise err
+    loader = yaml.SafeLoader("")
+    try:
+        data = loader.construct_document(node)
+    except yaml.YAMLError as exc:  # pragma: no cover - compose already validated the syntax
+        raise TopologyError(f"{source}: (document): {exc}", field="(document)") from None
+    finally:
+        loader.dispose()
+    return _validate(data, source, lines)
+
+
+def load_topology(path: str | Path | None = None) -> Topology:
+    """Load a topology file (the built-in default when ``path`` is None)."""
+    p = Path(path) if path is not None else DEFAULT_TOPOLOGY_PATH
+    source = str(path) if path is not None else p.name
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TopologyError(f"{source}: cannot read the topology file: {exc}", field="path") from None
+    return parse_topology(text, source)
+
+
+def _validate(data: object, source: str, lines: dict[str, int]) -> Topology:
+    c = _Checker(source, lines)
+    top = c.mapping(data, (), _TOP_KEYS)
+
+    clouds: list[str] = []
+    for i, item in enumerate(c.sequence(top["clouds"], ("clouds",))):
+        m = c.mapping(item, ("clouds", i), _CLOUD_KEYS)
+        name = c.name(m["name"], ("clouds", i, "name"))
+        if name in clouds:
+            raise c.fail(("clouds", i, "name"), f"duplicate cloud {name!r}")
+        clouds.append(name)
+    if not clouds:
+        raise c.fail(("clouds",), "at least one cloud is needed")
+
+    routers: dict[str, Router] = {}
+    for i, item in enumerate(c.sequence(top["routers"], ("routers",))):
+        p: Path_ = ("routers", i)
+        m = c.mapping(item, p, _ROUTER_KEYS)
+        name = c.name(m["name"], (*p, "name"))
+        if name in routers:
+            raise c.fail((*p, "name"), f"duplicate router {name!r}")
+        role = c.choice(m["role"], (*p, "role"), ROLES)
+        cloud = m["cloud"]
+        if cloud not in clouds:
+            raise c.fail((*p, "cloud"), f"unknown cloud {cloud!r}")
+        routers[name] = Router(name, role, str(cloud), len(routers) + 1)
+    if not routers:
+        raise c.fail(("routers",), "at least one router is needed")
+
+    links: list[Link] = []
+    pairs: set[frozenset[str]] = set()
+    for i, item in enumerate(c.sequence(top["links"], ("links",))):
+        p = ("links", i)
+        m = c.mapping(item, p, _LINK_KEYS)
+        ends = []
+        for end in ("a", "b"):
+            r = m[end]
+            if not isinstance(r, str) or r not in routers:
+                raise c.fail((*p, end), f"unknown router {r!r}")
+            ends.append(r)
+        a, b = ends
+        if a == b:
+            raise c.fail((*p, "b"), f"a link must join two different routers, both ends are {a!r}")
+        if frozenset(ends) in pairs:
+            raise c.fail(p, f"duplicate link between {a!r} and {b!r}")
+        pairs.add(frozenset(ends))
+        ra, rb = routers[a], routers[b]
+        if ra.cloud != rb.cloud:
+            for end, r in (("a", ra), ("b", rb)):
+                if r.role != "border":
+                    raise c.fail((*p, end), f"link joins clouds {ra.cloud} and {rb.cloud} but {r.name!r} "
+                                 f"is a {r.role} router, not a border router")
+        latency = c.number(m["latency_ms"], (*p, "latency_ms"), low=0)
+        bandwidth = c.integer(m.get("bandwidth_kbps", 100_000), (*p, "bandwidth_kbps"), low=1)
+        links.append(Link(a, b, latency, bandwidth))
+
+    publishers: list[Publisher] = []
+    variables: dict[str, Variable] = {}
+    for i, item in enumerate(c.sequence(top["publishers"], ("publishers",))):
+        p = ("publishers", i)
+        m = c.mapping(item, p, _PUBLISHER_KEYS)
+        name = c.name(m["name"], (*p, "name"))
+        if any(pub.name == name for pub in publishers):
+            raise c.fail((*p, "name"), f"duplicate publisher {name!r}")
+        edge = _edge(c, m["edge"], (*p, "edge"), routers)
+        pvars: list[Variable] = []
+        for j, vitem in enumerate(c.sequence(m["variables"], (*p, "variables"))):
+            vp: Path_ = (*p, "variables", j)
+            vm = c.mapping(vitem, vp, _VARIABLE_KEYS)
+            vname = c.name(vm["name"], (*vp, "name"))
+            if any(v.name == vname for v in pvars):
+                raise c.fail((*vp, "name"), f"duplicate variable {vname!r} of publisher {name!r}")
+            vtype = c.choice(vm["type"], (*vp, "type"), VALUE_TYPES)
+            interval = c.integer(vm["interval_ms"], (*vp, "interval_ms"), low=1, high=86_400_000)
+            priority = c.integer(vm.get("priority", PRIORITY_HIGH), (*vp, "priority"),
+                                 low=PRIORITIES[1], high=PRIORITIES[-1])
+            var = Variable(name, vname, vtype, interval, priority, len(variables) + 1)
+            variables[var.full_name] = var
+            pvars.append(var)
+        if not pvars:
+            raise c.fail((*p, "variables"), f"publisher {name!r} has no variables")
+        publishers.append(Publisher(name, edge, tuple(pvars), PUBLISHER_ID_BASE + len(publishers) + 1))
+
+    subscriptions: list[Subscription] = []
+    for i, item in enumerate(c.sequence(top["subscriptions"], ("subscriptions",))):
+        p = ("subscriptions", i)
+        m = c.mapping(item, p, _SUBSCRIPTION_KEYS)
+        name = c.name(m["name"], (*p, "name"))
+        if any(s.name == name for s in subscriptions):
+            raise c.fail((*p, "name"), f"duplicate subscription {name!r}")
+        edge = _edge(c, m["edge"], (*p, "edge"), routers)
+        var_name = m["variable"]
+        if not isinstance(var_name, str) or var_name.count("/") != 1:
+            raise c.fail((*p, "variable"), f"{var_name!r} is not of the form 'publisher/variable'")
+        if var_name not in variables:
+            raise c.fail((*p, "variable"), f"unknown status variable {var_name!r}")
+        interval = c.integer(m["interval_ms"], (*p, "interval_ms"), low=1, high=86_400_000)
+        latency = c.integer(m["latency_ms"], (*p, "latency_ms"), low=1)
+        redundancy = c.integer(m.get("redundancy", 1), (*p, "redundancy"), low=1, high=MAX_REDUNDANCY)
+        subscriptions.append(Subscription(name, edge, var_name, interval, latency, redundancy,
+                                          SUBSCRIBER_ID_BASE + len(subscriptions) + 1))
+    return Topology(source, tuple(clouds), tuple(routers.values()), tuple(links), tuple(publishers),
+                    tuple(subscriptions), lines)
+
+
+def _edge(c: _Checker, value: object, path: Path_, routers: Mapping[str, Router]) -> str:
+    if not isinstance(value, str) or value not in routers:
+        raise c.fail(path, f"unknown router {value!r}")
+    if routers[value].role != "edge":
+        raise c.fail(path, f"{value!r} is a {routers[value].role} router; publishers and subscribers "
+                     "attach to edge routers")
+    return value

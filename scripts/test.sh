@@ -13,6 +13,6 @@ ruff check services/gridstat tests
 echo "== mypy (strict on core and router)"
 mypy
 echo "== import layers"
-lint-imports --config .importlinter
+lint-imports .importlinter
 echo "== pytest"
 python -m pytest -q -p no:cacheprovider "$@"

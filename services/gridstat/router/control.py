@@ -101,6 +101,24 @@ class RouterControlServicer(pb_grpc.RouterControlServicer):
             return pb.RemoveRoutesReply(table_version=self.router.table.table_version, removed=len(removed))
         return await _guard(context, call)
 
+    async def PrepareRoutes(self, request: pb.PrepareRoutesRequest, context: Any) -> pb.PrepareRoutesReply:
+        def call() -> pb.PrepareRoutesReply:
+            n = self.router.prepare_routes(
+                request.transaction_id, [route_from_pb(m) for m in request.install],
+                [(k.route_id, k.variable_id, k.mode) for k in request.remove], ttl_ms=request.ttl_ms or 30_000)
+            return pb.PrepareRoutesReply(prepared=n)
+        return await _guard(context, call)
+
+    async def CommitRoutes(self, request: pb.RoutesTransaction, context: Any) -> pb.CommitRoutesReply:
+        def call() -> pb.CommitRoutesReply:
+            installed, removed = self.router.commit_routes(request.transaction_id)
+            return pb.CommitRoutesReply(table_version=self.router.table.table_version, installed=installed,
+                                        removed=removed)
+        return await _guard(context, call)
+
+    async def AbortRoutes(self, request: pb.RoutesTransaction, context: Any) -> pb.AbortRoutesReply:
+        return pb.AbortRoutesReply(existed=self.router.abort_routes(request.transaction_id))
+
     async def SetPubInterval(self, request: pb.SetPubIntervalRequest, context: Any) -> pb.SetPubIntervalReply:
         def call() -> pb.SetPubIntervalReply:
             self.router.table.set_pub_interval(request.variable_id, request.pub_interval_ms)
@@ -135,7 +153,8 @@ class RouterControlServicer(pb_grpc.RouterControlServicer):
         r = self.router
         return pb.HealthReply(serving=True, router=r.config.name, table_version=r.table.table_version,
                               channels_down=sum(1 for ch in r.channels.values() if not ch.up),
-                              uptime_s=r.uptime_s())
+                              uptime_s=r.uptime_s(), boot_id=r.boot_id, routes=len(r.table),
+                              channels=len(r.channels))
 
 
     async def WatchLinks(self, request: pb.WatchLinksRequest, context: Any) -> AsyncIterator[pb.LinkEvent]:

@@ -19,6 +19,7 @@ import logging
 import os
 import socket
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -83,6 +84,13 @@ class RouteInstall:
     alert: bool = False
 
 
+@dataclass
+class _Staged:
+    installs: list[RouteInstall]
+    removals: list[tuple[str, int, int]]
+    deadline: float
+
+
 #: Called as (channel, up) when a router channel fails or comes back.
 LinkListener = Callable[[EventChannel, bool], None]
 
@@ -109,6 +117,9 @@ class StatusRouter:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._clock = _Clock()
+        #: New at every start, so the leaf broker can tell a restarted router and rebuild it.
+        self.boot_id = uuid.uuid4().hex
+        self._staged: dict[str, _Staged] = {}
         self._closed = False
         self._started = False
 
@@ -225,6 +236,8 @@ class StatusRouter:
         while True:
             await asyncio.sleep(interval)
             now_ms = time.time_ns() // 1_000_000
+            if self._staged:
+                self.expire_staged()
             for ch in list(self.channels.values()):
                 if ch.kind is not ChannelKind.ROUTER or ch.address is None:
                     continue
@@ -298,6 +311,10 @@ class StatusRouter:
     def install_routes(self, installs: Iterable[RouteInstall]) -> list[Route]:
         """Install a batch whole or not at all: everything is validated before anything changes."""
         batch = list(installs)
+        self._validate_installs(batch)
+        return [self.table.install(i.route, pub_interval_ms=i.pub_interval_ms, alert=i.alert) for i in batch]
+
+    def _validate_installs(self, batch: list[RouteInstall]) -> None:
         seen: dict[int, int] = {}
         for inst in batch:
             r = inst.route
@@ -317,15 +334,54 @@ class StatusRouter:
                     f"route {r.route_id!r}: variable {r.variable_id} is routed with publication interval "
                     f"{known} ms, not {inst.pub_interval_ms} ms", field="pub_interval_ms")
             seen[r.variable_id] = inst.pub_interval_ms
-        return [self.table.install(i.route, pub_interval_ms=i.pub_interval_ms, alert=i.alert) for i in batch]
 
     def remove_routes(self, keys: Iterable[tuple[str, int, int]]) -> list[Route]:
         batch = list(keys)
+        self._validate_removals(batch)
+        return [self.table.remove(*key) for key in batch]
+
+    def _validate_removals(self, batch: list[tuple[str, int, int]]) -> None:
         present = {(r.route_id, r.variable_id, r.mode) for r in self.table.routes()}
         for key in batch:
             if key not in present:
                 raise NotFound(f"no route {key[0]!r} for variable {key[1]} in mode {key[2]}", field="route_id")
-        return [self.table.remove(*key) for key in batch]
+
+    # Two phases for the leaf broker: prepare holds a validated batch, commit applies it whole.
+    def prepare_routes(self, transaction_id: str, installs: Iterable[RouteInstall],
+                       removals: Iterable[tuple[str, int, int]] = (), *, ttl_ms: int = 30_000) -> int:
+        if not transaction_id:
+            raise ValidationError("transaction_id must not be empty", field="transaction_id")
+        if transaction_id in self._staged:
+            raise DuplicateName(f"transaction {transaction_id!r} is already prepared", field="transaction_id")
+        batch, gone = list(installs), list(removals)
+        self._validate_installs(batch)
+        self._validate_removals(gone)
+        self._staged[transaction_id] = _Staged(batch, gone, time.monotonic() + max(ttl_ms, 1) / 1000)
+        return len(batch) + len(gone)
+
+    def commit_routes(self, transaction_id: str) -> tuple[int, int]:
+        staged = self._staged.pop(transaction_id, None)
+        if staged is None:
+            raise NotFound(f"no prepared transaction {transaction_id!r} (aborted or expired)",
+                           field="transaction_id")
+        # Validate again: a channel may have gone since prepare; then nothing is applied.
+        self._validate_installs(staged.installs)
+        present = {(r.route_id, r.variable_id, r.mode) for r in self.table.routes()}
+        removals = [k for k in staged.removals if k in present]
+        installed = self.install_routes(staged.installs)
+        for key in removals:
+            self.table.remove(*key)
+        return len(installed), len(removals)
+
+    def abort_routes(self, transaction_id: str) -> bool:
+        return self._staged.pop(transaction_id, None) is not None
+
+    def expire_staged(self, now: float | None = None) -> int:
+        now = time.monotonic() if now is None else now
+        expired = [t for t, s in self._staged.items() if s.deadline <= now]
+        for t in expired:
+            del self._staged[t]
+        return len(expired)
 
     def set_mode(self, mode: int) -> int:
         if not 0 <= mode < MODE_SLOTS:
@@ -354,6 +410,7 @@ class StatusRouter:
             "drops": dict(fw.drops),
             "cpu_seconds": times.user + times.system,
             "uptime_s": self.uptime_s(),
+            "boot_id": self.boot_id,
             "channels": [
                 {
                     "name": ch.name, "up": ch.up, "events_in": ch.stats.events_in,

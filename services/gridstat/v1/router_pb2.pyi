@@ -338,6 +338,119 @@ class RemoveRoutesReply(_message.Message):
 Global___RemoveRoutesReply: _TypeAlias = RemoveRoutesReply  # noqa: Y015
 
 @_typing.final
+class PrepareRoutesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TRANSACTION_ID_FIELD_NUMBER: _builtins.int
+    INSTALL_FIELD_NUMBER: _builtins.int
+    REMOVE_FIELD_NUMBER: _builtins.int
+    TTL_MS_FIELD_NUMBER: _builtins.int
+    transaction_id: _builtins.str
+    ttl_ms: _builtins.int
+    """0 = default (30000)"""
+    @_builtins.property
+    def install(self) -> _containers.RepeatedCompositeFieldContainer[Global___Route]: ...
+    @_builtins.property
+    def remove(self) -> _containers.RepeatedCompositeFieldContainer[Global___RouteKey]: ...
+    def __init__(
+        self,
+        *,
+        transaction_id: _builtins.str = ...,
+        install: _abc.Iterable[Global___Route] | None = ...,
+        remove: _abc.Iterable[Global___RouteKey] | None = ...,
+        ttl_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["install", b"install", "remove", b"remove", "transaction_id", b"transaction_id", "ttl_ms", b"ttl_ms"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PrepareRoutesRequest: _TypeAlias = PrepareRoutesRequest  # noqa: Y015
+
+@_typing.final
+class PrepareRoutesReply(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PREPARED_FIELD_NUMBER: _builtins.int
+    prepared: _builtins.int
+    def __init__(
+        self,
+        *,
+        prepared: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["prepared", b"prepared"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PrepareRoutesReply: _TypeAlias = PrepareRoutesReply  # noqa: Y015
+
+@_typing.final
+class RoutesTransaction(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TRANSACTION_ID_FIELD_NUMBER: _builtins.int
+    transaction_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        transaction_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["transaction_id", b"transaction_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RoutesTransaction: _TypeAlias = RoutesTransaction  # noqa: Y015
+
+@_typing.final
+class CommitRoutesReply(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TABLE_VERSION_FIELD_NUMBER: _builtins.int
+    INSTALLED_FIELD_NUMBER: _builtins.int
+    REMOVED_FIELD_NUMBER: _builtins.int
+    table_version: _builtins.int
+    installed: _builtins.int
+    removed: _builtins.int
+    def __init__(
+        self,
+        *,
+        table_version: _builtins.int = ...,
+        installed: _builtins.int = ...,
+        removed: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["installed", b"installed", "removed", b"removed", "table_version", b"table_version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CommitRoutesReply: _TypeAlias = CommitRoutesReply  # noqa: Y015
+
+@_typing.final
+class AbortRoutesReply(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EXISTED_FIELD_NUMBER: _builtins.int
+    existed: _builtins.bool
+    def __init__(
+        self,
+        *,
+        existed: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["existed", b"existed"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AbortRoutesReply: _TypeAlias = AbortRoutesReply  # noqa: Y015
+
+@_typing.final
 class SetPubIntervalRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -617,6 +730,7 @@ class RouterStats(_message.Message):
     CHANNELS_FIELD_NUMBER: _builtins.int
     CPU_SECONDS_FIELD_NUMBER: _builtins.int
     UPTIME_S_FIELD_NUMBER: _builtins.int
+    BOOT_ID_FIELD_NUMBER: _builtins.int
     router: _builtins.str
     router_id: _builtins.int
     role: _builtins.str
@@ -631,6 +745,7 @@ class RouterStats(_message.Message):
     """events no channel wanted at this timestamp"""
     cpu_seconds: _builtins.float
     uptime_s: _builtins.float
+    boot_id: _builtins.str
     @_builtins.property
     def drops(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
         """router-level drops by reason (malformed, unknown_variable, ...)"""
@@ -654,10 +769,11 @@ class RouterStats(_message.Message):
         channels: _abc.Iterable[Global___ChannelStats] | None = ...,
         cpu_seconds: _builtins.float = ...,
         uptime_s: _builtins.float = ...,
+        boot_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["channels", b"channels", "cpu_seconds", b"cpu_seconds", "current_mode", b"current_mode", "datagrams_in", b"datagrams_in", "drops", b"drops", "events_filtered", b"events_filtered", "events_forwarded", b"events_forwarded", "events_in", b"events_in", "role", b"role", "router", b"router", "router_id", b"router_id", "table_version", b"table_version", "uptime_s", b"uptime_s", "variant", b"variant"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["boot_id", b"boot_id", "channels", b"channels", "cpu_seconds", b"cpu_seconds", "current_mode", b"current_mode", "datagrams_in", b"datagrams_in", "drops", b"drops", "events_filtered", b"events_filtered", "events_forwarded", b"events_forwarded", "events_in", b"events_in", "role", b"role", "router", b"router", "router_id", b"router_id", "table_version", b"table_version", "uptime_s", b"uptime_s", "variant", b"variant"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -687,11 +803,18 @@ class HealthReply(_message.Message):
     TABLE_VERSION_FIELD_NUMBER: _builtins.int
     CHANNELS_DOWN_FIELD_NUMBER: _builtins.int
     UPTIME_S_FIELD_NUMBER: _builtins.int
+    BOOT_ID_FIELD_NUMBER: _builtins.int
+    ROUTES_FIELD_NUMBER: _builtins.int
+    CHANNELS_FIELD_NUMBER: _builtins.int
     serving: _builtins.bool
     router: _builtins.str
     table_version: _builtins.int
     channels_down: _builtins.int
     uptime_s: _builtins.float
+    boot_id: _builtins.str
+    """new at every process start: a broker sees a restart and rebuilds"""
+    routes: _builtins.int
+    channels: _builtins.int
     def __init__(
         self,
         *,
@@ -700,10 +823,13 @@ class HealthReply(_message.Message):
         table_version: _builtins.int = ...,
         channels_down: _builtins.int = ...,
         uptime_s: _builtins.float = ...,
+        boot_id: _builtins.str = ...,
+        routes: _builtins.int = ...,
+        channels: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["channels_down", b"channels_down", "router", b"router", "serving", b"serving", "table_version", b"table_version", "uptime_s", b"uptime_s"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["boot_id", b"boot_id", "channels", b"channels", "channels_down", b"channels_down", "router", b"router", "routes", b"routes", "serving", b"serving", "table_version", b"table_version", "uptime_s", b"uptime_s"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

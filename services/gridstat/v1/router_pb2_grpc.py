@@ -54,6 +54,21 @@ class RouterControlStub:
                 request_serializer=gridstat_dot_v1_dot_router__pb2.RemoveRoutesRequest.SerializeToString,
                 response_deserializer=gridstat_dot_v1_dot_router__pb2.RemoveRoutesReply.FromString,
                 _registered_method=True)
+        self.PrepareRoutes = channel.unary_unary(
+                '/gridstat.v1.RouterControl/PrepareRoutes',
+                request_serializer=gridstat_dot_v1_dot_router__pb2.PrepareRoutesRequest.SerializeToString,
+                response_deserializer=gridstat_dot_v1_dot_router__pb2.PrepareRoutesReply.FromString,
+                _registered_method=True)
+        self.CommitRoutes = channel.unary_unary(
+                '/gridstat.v1.RouterControl/CommitRoutes',
+                request_serializer=gridstat_dot_v1_dot_router__pb2.RoutesTransaction.SerializeToString,
+                response_deserializer=gridstat_dot_v1_dot_router__pb2.CommitRoutesReply.FromString,
+                _registered_method=True)
+        self.AbortRoutes = channel.unary_unary(
+                '/gridstat.v1.RouterControl/AbortRoutes',
+                request_serializer=gridstat_dot_v1_dot_router__pb2.RoutesTransaction.SerializeToString,
+                response_deserializer=gridstat_dot_v1_dot_router__pb2.AbortRoutesReply.FromString,
+                _registered_method=True)
         self.SetPubInterval = channel.unary_unary(
                 '/gridstat.v1.RouterControl/SetPubInterval',
                 request_serializer=gridstat_dot_v1_dot_router__pb2.SetPubIntervalRequest.SerializeToString,
@@ -118,6 +133,27 @@ class RouterControlServicer:
     def RemoveRoutes(self, request, context):
         """Remove routes; the batch is validated whole before anything is removed.
         """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PrepareRoutes(self, request, context):
+        """Two-phase change for the leaf broker: prepare validates and holds a batch of installs and
+        removals under a transaction id without touching the table; commit applies it whole; abort
+        (or the expiry of ttl_ms) drops it, leaving nothing behind.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CommitRoutes(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AbortRoutes(self, request, context):
+        """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -190,6 +226,21 @@ def add_RouterControlServicer_to_server(servicer, server):
                     servicer.RemoveRoutes,
                     request_deserializer=gridstat_dot_v1_dot_router__pb2.RemoveRoutesRequest.FromString,
                     response_serializer=gridstat_dot_v1_dot_router__pb2.RemoveRoutesReply.SerializeToString,
+            ),
+            'PrepareRoutes': grpc.unary_unary_rpc_method_handler(
+                    servicer.PrepareRoutes,
+                    request_deserializer=gridstat_dot_v1_dot_router__pb2.PrepareRoutesRequest.FromString,
+                    response_serializer=gridstat_dot_v1_dot_router__pb2.PrepareRoutesReply.SerializeToString,
+            ),
+            'CommitRoutes': grpc.unary_unary_rpc_method_handler(
+                    servicer.CommitRoutes,
+                    request_deserializer=gridstat_dot_v1_dot_router__pb2.RoutesTransaction.FromString,
+                    response_serializer=gridstat_dot_v1_dot_router__pb2.CommitRoutesReply.SerializeToString,
+            ),
+            'AbortRoutes': grpc.unary_unary_rpc_method_handler(
+                    servicer.AbortRoutes,
+                    request_deserializer=gridstat_dot_v1_dot_router__pb2.RoutesTransaction.FromString,
+                    response_serializer=gridstat_dot_v1_dot_router__pb2.AbortRoutesReply.SerializeToString,
             ),
             'SetPubInterval': grpc.unary_unary_rpc_method_handler(
                     servicer.SetPubInterval,
@@ -335,6 +386,87 @@ class RouterControl:
             '/gridstat.v1.RouterControl/RemoveRoutes',
             gridstat_dot_v1_dot_router__pb2.RemoveRoutesRequest.SerializeToString,
             gridstat_dot_v1_dot_router__pb2.RemoveRoutesReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PrepareRoutes(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gridstat.v1.RouterControl/PrepareRoutes',
+            gridstat_dot_v1_dot_router__pb2.PrepareRoutesRequest.SerializeToString,
+            gridstat_dot_v1_dot_router__pb2.PrepareRoutesReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CommitRoutes(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gridstat.v1.RouterControl/CommitRoutes',
+            gridstat_dot_v1_dot_router__pb2.RoutesTransaction.SerializeToString,
+            gridstat_dot_v1_dot_router__pb2.CommitRoutesReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AbortRoutes(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gridstat.v1.RouterControl/AbortRoutes',
+            gridstat_dot_v1_dot_router__pb2.RoutesTransaction.SerializeToString,
+            gridstat_dot_v1_dot_router__pb2.AbortRoutesReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -51,6 +51,23 @@ VALUE_KIND_BOOL: ValueKind.ValueType  # 3
 VALUE_KIND_STRUCT: ValueKind.ValueType  # 4
 Global___ValueKind: _TypeAlias = ValueKind  # noqa: Y015
 
+class _ClientKind:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ClientKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ClientKind.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    CLIENT_KIND_UNSPECIFIED: _ClientKind.ValueType  # 0
+    CLIENT_KIND_PUBLISHER: _ClientKind.ValueType  # 1
+    CLIENT_KIND_SUBSCRIBER: _ClientKind.ValueType  # 2
+
+class ClientKind(_ClientKind, metaclass=_ClientKindEnumTypeWrapper): ...
+
+CLIENT_KIND_UNSPECIFIED: ClientKind.ValueType  # 0
+CLIENT_KIND_PUBLISHER: ClientKind.ValueType  # 1
+CLIENT_KIND_SUBSCRIBER: ClientKind.ValueType  # 2
+Global___ClientKind: _TypeAlias = ClientKind  # noqa: Y015
+
 class _SegmentKind:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -373,6 +390,117 @@ class Rejection(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Rejection: _TypeAlias = Rejection  # noqa: Y015
+
+@_typing.final
+class RegisterClientRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
+    EDGE_ROUTER_FIELD_NUMBER: _builtins.int
+    HOST_FIELD_NUMBER: _builtins.int
+    PORT_FIELD_NUMBER: _builtins.int
+    FIRST_TIME_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    kind: Global___ClientKind.ValueType
+    edge_router: _builtins.str
+    """set by the edge router's proxy"""
+    host: _builtins.str
+    """subscribers: where the edge router sends events"""
+    port: _builtins.int
+    first_time: _builtins.bool
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        kind: Global___ClientKind.ValueType = ...,
+        edge_router: _builtins.str = ...,
+        host: _builtins.str = ...,
+        port: _builtins.int = ...,
+        first_time: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["edge_router", b"edge_router", "first_time", b"first_time", "host", b"host", "kind", b"kind", "name", b"name", "port", b"port"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RegisterClientRequest: _TypeAlias = RegisterClientRequest  # noqa: Y015
+
+@_typing.final
+class RegisterClientReply(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CLIENT_ID_FIELD_NUMBER: _builtins.int
+    EVENT_HOST_FIELD_NUMBER: _builtins.int
+    EVENT_PORT_FIELD_NUMBER: _builtins.int
+    CURRENT_MODE_FIELD_NUMBER: _builtins.int
+    RESTARTED_FIELD_NUMBER: _builtins.int
+    client_id: _builtins.int
+    """the sender id a publisher writes into its datagrams"""
+    event_host: _builtins.str
+    """publishers: the edge router's event channel address"""
+    event_port: _builtins.int
+    current_mode: _builtins.int
+    restarted: _builtins.bool
+    """the broker held state for this client and removed it (first_time)"""
+    def __init__(
+        self,
+        *,
+        client_id: _builtins.int = ...,
+        event_host: _builtins.str = ...,
+        event_port: _builtins.int = ...,
+        current_mode: _builtins.int = ...,
+        restarted: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["client_id", b"client_id", "current_mode", b"current_mode", "event_host", b"event_host", "event_port", b"event_port", "restarted", b"restarted"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RegisterClientReply: _TypeAlias = RegisterClientReply  # noqa: Y015
+
+@_typing.final
+class UnregisterClientRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    kind: Global___ClientKind.ValueType
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        kind: Global___ClientKind.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["kind", b"kind", "name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UnregisterClientRequest: _TypeAlias = UnregisterClientRequest  # noqa: Y015
+
+@_typing.final
+class UnregisterClientReply(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REMOVED_FIELD_NUMBER: _builtins.int
+    removed: _builtins.int
+    def __init__(
+        self,
+        *,
+        removed: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["removed", b"removed"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UnregisterClientReply: _TypeAlias = UnregisterClientReply  # noqa: Y015
 
 @_typing.final
 class RegisterPublicationRequest(_message.Message):

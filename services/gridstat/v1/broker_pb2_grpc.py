@@ -37,6 +37,16 @@ class QoSBrokerStub:
         Args:
             channel: A grpc.Channel.
         """
+        self.RegisterClient = channel.unary_unary(
+                '/gridstat.v1.QoSBroker/RegisterClient',
+                request_serializer=gridstat_dot_v1_dot_broker__pb2.RegisterClientRequest.SerializeToString,
+                response_deserializer=gridstat_dot_v1_dot_broker__pb2.RegisterClientReply.FromString,
+                _registered_method=True)
+        self.UnregisterClient = channel.unary_unary(
+                '/gridstat.v1.QoSBroker/UnregisterClient',
+                request_serializer=gridstat_dot_v1_dot_broker__pb2.UnregisterClientRequest.SerializeToString,
+                response_deserializer=gridstat_dot_v1_dot_broker__pb2.UnregisterClientReply.FromString,
+                _registered_method=True)
         self.RegisterPublication = channel.unary_unary(
                 '/gridstat.v1.QoSBroker/RegisterPublication',
                 request_serializer=gridstat_dot_v1_dot_broker__pb2.RegisterPublicationRequest.SerializeToString,
@@ -129,6 +139,21 @@ class QoSBrokerServicer:
     The QoS broker service (leaf brokers serve all of it; parent brokers the hierarchy part).
 
     """
+
+    def RegisterClient(self, request, context):
+        """A publisher or subscriber (re)connecting through its edge router (registerPublisher /
+        registerSubscriber): the broker assigns its numeric id and opens its event channel on the
+        edge router. first_time=true after a crash removes what the client held before (3.7).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UnregisterClient(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
 
     def RegisterPublication(self, request, context):
         """Missing associated documentation comment in .proto file."""
@@ -238,6 +263,16 @@ class QoSBrokerServicer:
 
 def add_QoSBrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
+            'RegisterClient': grpc.unary_unary_rpc_method_handler(
+                    servicer.RegisterClient,
+                    request_deserializer=gridstat_dot_v1_dot_broker__pb2.RegisterClientRequest.FromString,
+                    response_serializer=gridstat_dot_v1_dot_broker__pb2.RegisterClientReply.SerializeToString,
+            ),
+            'UnregisterClient': grpc.unary_unary_rpc_method_handler(
+                    servicer.UnregisterClient,
+                    request_deserializer=gridstat_dot_v1_dot_broker__pb2.UnregisterClientRequest.FromString,
+                    response_serializer=gridstat_dot_v1_dot_broker__pb2.UnregisterClientReply.SerializeToString,
+            ),
             'RegisterPublication': grpc.unary_unary_rpc_method_handler(
                     servicer.RegisterPublication,
                     request_deserializer=gridstat_dot_v1_dot_broker__pb2.RegisterPublicationRequest.FromString,
@@ -336,6 +371,60 @@ class QoSBroker:
     The QoS broker service (leaf brokers serve all of it; parent brokers the hierarchy part).
 
     """
+
+    @staticmethod
+    def RegisterClient(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gridstat.v1.QoSBroker/RegisterClient',
+            gridstat_dot_v1_dot_broker__pb2.RegisterClientRequest.SerializeToString,
+            gridstat_dot_v1_dot_broker__pb2.RegisterClientReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UnregisterClient(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gridstat.v1.QoSBroker/UnregisterClient',
+            gridstat_dot_v1_dot_broker__pb2.UnregisterClientRequest.SerializeToString,
+            gridstat_dot_v1_dot_broker__pb2.UnregisterClientReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
 
     @staticmethod
     def RegisterPublication(request,

@@ -19,6 +19,9 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("gridstat.demo.main", "alias of 'up'"),
     "router": ("gridstat.router.main", "run one status router process"),
     "bench": ("gridstat.bench.main", "benchmarks: 'gridstat bench router', 'gridstat bench tables'"),
+    "sub": ("gridstat.cli.sub", "subscriptions on the QoS broker: 'gridstat sub add|list|rm'"),
+    "topology": ("gridstat.cli.topology", "the QoS broker's topology: 'gridstat topology show'"),
+    "routes": ("gridstat.cli.routes", "a router's route table and channels: 'gridstat routes ROUTER'"),
 }
 
 

@@ -1,0 +1,65 @@
+"""``gridstat routes ROUTER``: a router's route table and channels, as the router itself holds them.
+
+The broker's GetTopology gives the router's control address; ListRoutes and ListChannels then go
+to the router directly (with the same TLS options), so what is printed is the router's own table,
+not the broker's idea of it. Exit codes: see gridstat.cli.common (4 also when the router is down).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+
+from gridstat.cli.common import (
+    EXIT_CODES_HELP,
+    EXIT_OK,
+    EXIT_USAGE,
+    CommandFailed,
+    Tls,
+    add_common_arguments,
+    call,
+    check_timeout,
+    guarded,
+    open_channel,
+    parse_address,
+    print_table,
+)
+from gridstat.cli.formatting import find_router, routes_data, routes_view, to_json
+from gridstat.cli.topology import get_topology
+from gridstat.v1 import router_pb2 as rpb
+from gridstat.v1 import router_pb2_grpc as rpb_grpc
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.epilog = EXIT_CODES_HELP
+    p.add_argument("router", metavar="ROUTER", help="router name as the broker knows it")
+    add_common_arguments(p)
+
+
+def show(args: argparse.Namespace) -> int:
+    timeout = check_timeout(args.timeout)
+    broker, view = get_topology(args)
+    info = find_router(view, args.router)
+    if info is None:
+        known = ", ".join(sorted(r.name for r in view.routers)) or "none"
+        raise CommandFailed(f"router {args.router!r} is not in the topology of the broker at {broker} "
+                            f"(known: {known})", exit_code=EXIT_USAGE, reason="NotFound", field="router")
+    if not info.control_address:
+        raise CommandFailed(f"the broker at {broker} has no control address for router {args.router!r}",
+                            exit_code=EXIT_USAGE, reason="NotFound", field="control_address")
+    address = parse_address(info.control_address, "router control")
+    target = f"router {args.router} at {address}"
+    with open_channel(address, Tls.from_args(args)) as channel:
+        stub = rpb_grpc.RouterControlStub(channel)  # type: ignore[no-untyped-call]
+        routes = call(target, functools.partial(stub.ListRoutes, rpb.ListRoutesRequest(), timeout=timeout))
+        channels = call(target, functools.partial(stub.ListChannels, rpb.ListChannelsRequest(), timeout=timeout))
+    data = routes_data(args.router, address, routes, channels)
+    if args.output == "json":
+        print(to_json(data))
+    else:
+        print_table(routes_view(data))
+    return EXIT_OK
+
+
+def run(args: argparse.Namespace) -> int:
+    return guarded("routes", functools.partial(show, args))

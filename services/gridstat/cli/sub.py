@@ -1,0 +1,144 @@
+"""``gridstat sub add|list|rm``: subscriptions, through QoSBroker on the leaf broker.
+
+``sub add`` prints the admission (subscription id, variable id, the paths of every mode with their
+latency). A broker may refuse either with a reply ``admitted=false`` carrying a Rejection and an Offer,
+or with an error status whose trailing metadata ``gridstat-reason`` names the reason; both print
+``rejected: <Reason>``, the message and the offer, and exit 3. Exit codes: see gridstat.cli.common.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+
+import grpc
+
+from gridstat.cli.common import (
+    EXIT_CODES_HELP,
+    EXIT_OK,
+    EXIT_REJECTED,
+    RpcFailure,
+    Tls,
+    add_common_arguments,
+    broker_address,
+    call,
+    check_timeout,
+    failure_to_error,
+    guarded,
+    metadata_value,
+    open_channel,
+    print_table,
+)
+from gridstat.cli.formatting import (
+    VALUE_KINDS,
+    admission_data,
+    admission_view,
+    rejection_data,
+    rejection_from_reply,
+    rejection_lines,
+    subscription_request,
+    subscriptions_data,
+    subscriptions_view,
+    to_json,
+)
+from gridstat.v1 import broker_pb2 as bpb
+from gridstat.v1 import broker_pb2_grpc as bpb_grpc
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.epilog = EXIT_CODES_HELP
+    actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+
+    add = actions.add_parser("add", help="subscribe a subscriber to a variable with QoS")
+    add.add_argument("variable", metavar="VARIABLE", help="PUBLISHER/VARIABLE")
+    add.add_argument("--subscriber", required=True, metavar="NAME")
+    add.add_argument("--edge", required=True, metavar="ROUTER", help="the subscriber's edge router")
+    add.add_argument("--interval-ms", type=int, required=True, metavar="N", help="delivery interval")
+    add.add_argument("--latency-ms", type=int, required=True, metavar="N", help="bound on publish-to-delivery delay")
+    add.add_argument("--redundancy", type=int, default=1, metavar="K", help="node-disjoint paths (default 1)")
+    add.add_argument("--priority", type=int, default=1, metavar="P", help="0 alert .. 6 low (default 1)")
+    add.add_argument("--mode", type=int, nargs="+", action="extend", default=None, metavar="M",
+                     help="operating modes (0..15) with this QoS (default 0)")
+    add.add_argument("--type", choices=list(VALUE_KINDS), default=None, dest="value_type",
+                     help="expected value type, checked against the publication")
+    add_common_arguments(add)
+
+    ls = actions.add_parser("list", help="list the broker's subscriptions")
+    ls.add_argument("--subscriber", default="", metavar="NAME", help="only this subscriber's")
+    add_common_arguments(ls)
+
+    rm = actions.add_parser("rm", help="remove a subscription and its routes")
+    rm.add_argument("subscription_id", metavar="SUBSCRIPTION_ID")
+    add_common_arguments(rm)
+
+
+def _stub(args: argparse.Namespace) -> tuple[str, grpc.Channel, bpb_grpc.QoSBrokerStub]:
+    address = broker_address(args.broker)
+    channel = open_channel(address, Tls.from_args(args))
+    return address, channel, bpb_grpc.QoSBrokerStub(channel)  # type: ignore[no-untyped-call]
+
+
+def _print_rejection(data: dict[str, object], output: str) -> int:
+    print(to_json(data) if output == "json" else "\n".join(rejection_lines(data)))
+    return EXIT_REJECTED
+
+
+def add(args: argparse.Namespace) -> int:
+    sub = subscription_request(args.variable, subscriber=args.subscriber, edge=args.edge,
+                               interval_ms=args.interval_ms, latency_ms=args.latency_ms,
+                               redundancy=args.redundancy, priority=args.priority, modes=args.mode or [0],
+                               value_type=args.value_type)
+    timeout = check_timeout(args.timeout)
+    address, channel, stub = _stub(args)
+    with channel:
+        try:
+            reply, rpc = stub.Subscribe.with_call(bpb.SubscribeRequest(subscription=sub), timeout=timeout)
+        except grpc.RpcError as exc:
+            failure = RpcFailure.of(exc)
+            error = failure_to_error(failure, target=f"broker at {address}", rejections=True)
+            if error.exit_code != EXIT_REJECTED:
+                raise error from None
+            return _print_rejection(rejection_data(error.reason, failure.message, failure.field), args.output)
+    if not reply.admitted:
+        return _print_rejection(rejection_from_reply(reply, metadata_value(rpc.trailing_metadata(), "gridstat-reason")),
+                                args.output)
+    data = admission_data(reply)
+    if args.output == "json":
+        print(to_json(data))
+    else:
+        print_table(admission_view(data))
+    return EXIT_OK
+
+
+def list_(args: argparse.Namespace) -> int:
+    timeout = check_timeout(args.timeout)
+    address, channel, stub = _stub(args)
+    with channel:
+        reply = call(f"broker at {address}", functools.partial(
+            stub.ListSubscriptions, bpb.ListSubscriptionsRequest(subscriber=args.subscriber), timeout=timeout))
+    subs = subscriptions_data(reply)
+    if args.output == "json":
+        print(to_json(subs))
+    else:
+        print_table(subscriptions_view(subs))
+    return EXIT_OK
+
+
+def rm(args: argparse.Namespace) -> int:
+    timeout = check_timeout(args.timeout)
+    address, channel, stub = _stub(args)
+    with channel:
+        reply = call(f"broker at {address}", functools.partial(
+            stub.Unsubscribe, bpb.UnsubscribeRequest(subscription_id=args.subscription_id), timeout=timeout))
+    if args.output == "json":
+        print(to_json({"subscription_id": args.subscription_id, "routes_removed": reply.routes_removed}))
+    else:
+        print(f"removed subscription {args.subscription_id} ({reply.routes_removed} routes removed)")
+    return EXIT_OK
+
+
+ACTIONS = {"add": add, "list": list_, "rm": rm}
+
+
+def run(args: argparse.Namespace) -> int:
+    return guarded(f"sub {args.action}", functools.partial(ACTIONS[args.action], args))

@@ -1,0 +1,1 @@
+"""Benchmarks of the GridStat data plane (``gridstat bench``)."""

@@ -1,0 +1,96 @@
+"""``gridstat bench router`` and ``gridstat bench tables``.
+
+``router``: real router processes on 127.0.0.1 (saturation, per-hop latency,
+load and hop scalability beside the dissertation's Chapter 8); about 4-5
+minutes, ``--quick`` under a minute. ``tables``: the routing-table forwarding
+path in-process (ns/event by variant, channels and distinct intervals).
+Both print Markdown and, with ``--write PATH``, replace their section of
+``docs/benchmarks.md`` (the default for full runs; ``--no-write`` to skip).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+DEFAULT_DOC = "docs/benchmarks.md"
+
+
+def _log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="bench", metavar="BENCH", required=True)
+    r = sub.add_parser("router", help="router processes on 127.0.0.1: saturation, latency, load and hop tables")
+    r.add_argument("--quick", action="store_true", help="short trials, one repetition (< 60 s)")
+    r.add_argument("--reps", type=int, default=0, help="repetitions of saturation and latency (default 3, quick 1)")
+    r.add_argument("--variant", default="close", choices=["close", "sparse"])
+    r.add_argument("--hop-load", type=int, default=18_000,
+                   help="offered events/s of the hop-scalability table (default 18,000: the dissertation's "
+                        "tlv=40 achieved 17.7 events/ms)")
+    r.add_argument("--max-hops", type=int, default=7, help="longest chain (1..7)")
+    _write_args(r)
+    t = sub.add_parser("tables", help="in-process micro-benchmark of the routing-table forwarding path")
+    t.add_argument("--quick", action="store_true", help="K in 1, 2, 5, 10 only and fewer repetitions")
+    t.add_argument("--reps", type=int, default=0, help="repetitions per cell (default 7, quick 3)")
+    _write_args(t)
+
+
+def _write_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--write", metavar="PATH", default=None,
+                   help=f"write the Markdown section into PATH (default {DEFAULT_DOC} for a full run)")
+    p.add_argument("--no-write", action="store_true", help="print only")
+
+
+def _target(args: argparse.Namespace) -> Path | None:
+    if args.no_write:
+        return None
+    if args.write:
+        return Path(args.write)
+    return None if args.quick else Path(DEFAULT_DOC)
+
+
+def run(args: argparse.Namespace) -> int:
+    from gridstat.bench import report
+
+    facts = report.machine_facts()
+    target = _target(args)
+    if args.bench == "tables":
+        from gridstat.bench.tables import run_tables
+
+        reps = args.reps or (3 if args.quick else 7)
+        t0 = time.monotonic()
+        results = run_tables(quick=args.quick, reps=reps, log=_log)
+        body = report.tables_report(results, facts, reps, time.monotonic() - t0)
+        print(body)
+        if target is not None:
+            report.write_section(target, "tables", body)
+            _log(f"wrote {target}")
+        return 0
+    from gridstat.bench.router import run_router_bench
+
+    reps = args.reps or (1 if args.quick else 3)
+    res = run_router_bench(quick=args.quick, reps=reps, variant=args.variant, hop_load=args.hop_load,
+                           max_hops=args.max_hops, log=_log)
+    body, figures = report.router_report(res, facts)
+    print(body)
+    if target is not None:
+        report.write_section(target, "router", body)
+        _log(f"wrote {target}")
+    # Targets are reported, not enforced: the exit status says the benchmark ran, not that it passed.
+    _log("targets: " + ", ".join(f"{k} {'PASS' if v else 'FAIL'}" for k, v in figures["pass"].items()))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m gridstat.bench.main router ...``: the same as ``gridstat bench router ...``."""
+    p = argparse.ArgumentParser(prog="gridstat bench", description=(__doc__ or "").splitlines()[0])
+    add_arguments(p)
+    return run(p.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

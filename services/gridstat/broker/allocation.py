@@ -165,14 +165,25 @@ def _search(
     return best, within
 
 
+def _both(a: Usable, b: Usable | None) -> Usable:
+    if b is None:
+        return a
+    return lambda channel: a(channel) and b(channel)
+
+
 def plan_subscription(
     topology: Topology,
     reservations: Reservations,
     request: SubscriptionRequest,
     *,
     forwarding_ms: float = DEFAULT_FORWARDING_MS,
+    allowed: Usable | None = None,
 ) -> Allocation:
-    """Decide one subscription; raises NoFeasiblePath, LatencyUnattainable or CapacityExceeded."""
+    """Decide one subscription; raises NoFeasiblePath, LatencyUnattainable or CapacityExceeded.
+
+    ``allowed`` narrows the channels every search may use whatever the capacity: the
+    leaf broker passes routers that are down and the per-variable tree rule there.
+    """
     topology.router(request.publisher_router)
     topology.router(request.subscriber_router)
     interval = request.interval_ms
@@ -180,7 +191,7 @@ def plan_subscription(
     reservations.check_attachment(subscriber_channel(request.subscriber), request.subscriber_router)
 
     bound = request.latency_bound_ms
-    usable = reservations.usable_filter(request.variable_id, request.pub_interval_ms, interval)
+    usable = _both(reservations.usable_filter(request.variable_id, request.pub_interval_ms, interval), allowed)
     paths, _ = _search(topology, request, usable, forwarding_ms)
     #: Worst latency of a path set that capacity can take at the asked interval (an offer), if any.
     feasible_latency: float | None = None
@@ -190,7 +201,7 @@ def plan_subscription(
             if max_latency(paths) <= bound:
                 return Allocation(request, interval, paths, routes, deltas, reservations.version)
             feasible_latency = max_latency(paths)
-    free, within = _search(topology, request, None, forwarding_ms)
+    free, within = _search(topology, request, allowed, forwarding_ms)
     if len(free) < k:
         raise NoFeasiblePath(
             f"{request.publisher_router!r} -> {request.subscriber_router!r} has {len(free)} interior-disjoint "
@@ -252,6 +263,14 @@ def _min_interval(
         if reservations.shortfall(deltas) is None:
             return candidate
     return None
+
+
+def allocation_for_paths(
+    topology: Topology, reservations: Reservations, request: SubscriptionRequest, paths: tuple[Path, ...]
+) -> Allocation:
+    """The allocation of known paths (a broker restoring its state): routes and deltas, no search."""
+    routes, deltas = _routes_and_deltas(topology, reservations, request, paths, request.interval_ms)
+    return Allocation(request, request.interval_ms, paths, routes, deltas, -1)
 
 
 def commit(reservations: Reservations, allocation: Allocation) -> None:

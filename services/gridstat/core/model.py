@@ -241,6 +241,16 @@ class VariableRegistry:
         self._by_id[var.variable_id] = var
         return var
 
+    def restore(self, var: StatusVariable) -> StatusVariable:
+        """Re-insert a variable with its id, e.g. from a broker's durable state; ids stay unique."""
+        if var.full_name in self._by_name or var.variable_id in self._by_id:
+            raise DuplicateName(f"status variable {var.full_name!r} or id {var.variable_id} already present",
+                                field="variable")
+        self._by_name[var.full_name] = var
+        self._by_id[var.variable_id] = var
+        self._next_id = max(self._next_id, var.variable_id + 1)
+        return var
+
     def unregister(self, full_name: str) -> StatusVariable:
         var = self.lookup(full_name)
         del self._by_name[full_name]

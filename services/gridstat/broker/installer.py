@@ -1,0 +1,150 @@
+"""The leaf broker's hands on its routers: gRPC clients, two-phase installs, reconciliation.
+
+The broker is the only writer of its routers' tables (dissertation 3.3.1). Every
+change goes out as one transaction per router (``PrepareRoutes`` on all routers of
+the change, then ``CommitRoutes`` on all of them, or ``AbortRoutes`` on those
+prepared if any prepare fails), so a subscription is installed whole or not at
+all. ``reconcile`` makes a router hold exactly what the broker's state derives for
+it, which is how a restarted router is rebuilt and how a restarted broker gets back
+in step with routers that kept forwarding meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import grpc
+
+from gridstat.broker.state import DesiredChannel, DesiredRoute, RouterEndpoint
+from gridstat.core.tls import TlsFiles
+from gridstat.errors import ChannelUnavailable
+from gridstat.v1 import router_pb2 as pb
+from gridstat.v1 import router_pb2_grpc as pb_grpc
+
+log = logging.getLogger(__name__)
+
+RPC_TIMEOUT_S = 5.0
+_KIND = {"router": pb.CHANNEL_KIND_ROUTER, "subscriber": pb.CHANNEL_KIND_SUBSCRIBER,
+         "publisher": pb.CHANNEL_KIND_PUBLISHER}
+
+
+class RouterUnavailable(ChannelUnavailable):
+    reason = "RouterUnavailable"
+
+
+def route_pb(d: DesiredRoute) -> pb.Route:
+    return pb.Route(route_id=d.route_id, variable_id=d.variable_id, mode=d.mode, channel=d.channel,
+                    sub_interval_ms=d.sub_interval_ms, priority=d.priority, pub_interval_ms=d.pub_interval_ms,
+                    alert=d.alert, version=d.version)
+
+
+def route_key(d: DesiredRoute | pb.Route) -> tuple[str, int, int]:
+    return (d.route_id, d.variable_id, d.mode)
+
+
+def channel_pb(d: DesiredChannel) -> pb.Channel:
+    return pb.Channel(name=d.name, peer_id=d.peer_id, kind=_KIND[d.kind], host=d.host, port=d.port)
+
+
+class RouterLink:
+    """One router's control API as the broker sees it."""
+
+    def __init__(self, endpoint: RouterEndpoint, tls: TlsFiles | None = None) -> None:
+        self.endpoint = endpoint
+        if tls is None:
+            self.channel = grpc.aio.insecure_channel(endpoint.control_address)
+        else:
+            self.channel = grpc.aio.secure_channel(endpoint.control_address, tls.channel_credentials())
+        self.stub = pb_grpc.RouterControlStub(self.channel)  # type: ignore[no-untyped-call]
+        self.boot_id: str | None = None
+        self.up = False
+        self.failures = 0
+
+    @property
+    def name(self) -> str:
+        return self.endpoint.name
+
+    async def close(self) -> None:
+        await self.channel.close()
+
+    async def health(self, timeout: float = 1.0) -> pb.HealthReply | None:
+        try:
+            reply: pb.HealthReply = await self.stub.Health(pb.HealthRequest(), timeout=timeout)
+            return reply
+        except grpc.aio.AioRpcError:
+            return None
+
+
+@dataclass(frozen=True)
+class RouterChange:
+    install: tuple[DesiredRoute, ...] = ()
+    remove: tuple[tuple[str, int, int], ...] = ()
+
+
+async def apply_transaction(links: Mapping[str, RouterLink], changes: Mapping[str, RouterChange],
+                            *, ttl_ms: int = 10_000) -> None:
+    """Prepare every router's change, then commit all; abort the prepared ones if any prepare fails."""
+    txn = uuid.uuid4().hex
+    items = [(name, change) for name, change in changes.items() if change.install or change.remove]
+
+    async def prepare(name: str, change: RouterChange) -> None:
+        link = links.get(name)
+        if link is None:
+            raise RouterUnavailable(f"router {name!r} has no control connection", field="router")
+        await link.stub.PrepareRoutes(pb.PrepareRoutesRequest(
+            transaction_id=txn, install=[route_pb(r) for r in change.install],
+            remove=[pb.RouteKey(route_id=k[0], variable_id=k[1], mode=k[2]) for k in change.remove],
+            ttl_ms=ttl_ms), timeout=RPC_TIMEOUT_S)
+
+    results = await asyncio.gather(*(prepare(n, c) for n, c in items), return_exceptions=True)
+    failed = [(n, r) for (n, _), r in zip(items, results, strict=True) if isinstance(r, BaseException)]
+    if failed:
+        prepared = [n for (n, _), r in zip(items, results, strict=True) if not isinstance(r, BaseException)]
+        await asyncio.gather(*(links[n].stub.AbortRoutes(pb.RoutesTransaction(transaction_id=txn),
+                                                         timeout=RPC_TIMEOUT_S) for n in prepared),
+                             return_exceptions=True)
+        name, exc = failed[0]
+        detail = exc.details() if isinstance(exc, grpc.aio.AioRpcError) else str(exc)
+        raise RouterUnavailable(f"router {name!r} refused or missed the change: {detail}", field="router")
+    # Commit in reverse of the list order: callers list routers publisher side first, so the
+    # subscriber side is ready before the upstream routers start sending.
+    for name, _ in reversed(items):
+        try:
+            await links[name].stub.CommitRoutes(pb.RoutesTransaction(transaction_id=txn), timeout=RPC_TIMEOUT_S)
+        except grpc.aio.AioRpcError as exc:
+            # The router died between prepare and commit: it restarts empty and is rebuilt from
+            # the broker's state by reconcile, which is the source of truth.
+            log.warning("commit on router %s failed (%s); it will be reconciled", name, exc.code())
+
+
+async def reconcile(link: RouterLink, channels: Iterable[DesiredChannel], routes: Iterable[DesiredRoute]) -> int:
+    """Make the router hold exactly the desired channels and routes; returns the number of changes."""
+    stub = link.stub
+    want_channels = {c.name: c for c in channels}
+    have = {c.name: c for c in (await stub.ListChannels(pb.ListChannelsRequest(), timeout=RPC_TIMEOUT_S)).channels}
+    changes = 0
+    for name, ch in have.items():
+        d = want_channels.get(name)
+        if d is None or (ch.peer_id, ch.kind, ch.host, ch.port) != (d.peer_id, _KIND[d.kind], d.host, d.port):
+            await stub.RemoveChannel(pb.RemoveChannelRequest(name=name), timeout=RPC_TIMEOUT_S)
+            changes += 1
+    for name, d in want_channels.items():
+        ch = have.get(name)
+        if ch is None or (ch.peer_id, ch.kind, ch.host, ch.port) != (d.peer_id, _KIND[d.kind], d.host, d.port):
+            await stub.AddChannel(pb.AddChannelRequest(channel=channel_pb(d)), timeout=RPC_TIMEOUT_S)
+            changes += 1
+    want = {route_key(r): r for r in routes}
+    current = {route_key(r): r for r in (await stub.ListRoutes(pb.ListRoutesRequest(),
+                                                                 timeout=RPC_TIMEOUT_S)).routes}
+    install = [r for k, r in want.items()
+               if k not in current or (current[k].channel, current[k].sub_interval_ms, current[k].priority,
+                                       current[k].pub_interval_ms) != (r.channel, r.sub_interval_ms, r.priority,
+                                                                        r.pub_interval_ms)]
+    remove = [k for k in current if k not in want]
+    if install or remove:
+        await apply_transaction({link.name: link}, {link.name: RouterChange(tuple(install), tuple(remove))})
+    return changes + len(install) + len(remove)

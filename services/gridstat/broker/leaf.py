@@ -1,0 +1,398 @@
+"""The leaf QoS broker of one cloud: commands, durable state, and router supervision.
+
+Every command runs under one lock: decide on ``CloudState`` (pure), push the
+change to the routers in two phases (``installer``), then write it through to
+SQLite (``store``) before answering. If the routers cannot take a change, the
+state change is undone, so nothing is ever half-installed.
+
+A background task watches every router's ``Health``. A router seen for the first
+time, or with a new boot id (it restarted empty), is rebuilt from the state
+(``installer.reconcile``); one that does not answer is marked down so that new
+paths avoid it, while the routes it holds stay as they are (routers keep hard
+state, dissertation 3.7). Unreachable routers are retried with exponential backoff.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Iterable
+
+from gridstat.broker import installer
+from gridstat.broker.installer import RouterChange, RouterLink
+from gridstat.broker.paths import Path
+from gridstat.broker.state import (
+    Client,
+    CloudState,
+    DesiredRoute,
+    ModeQoS,
+    RouterEndpoint,
+    SubscriptionRecord,
+    Unauthorized,
+)
+from gridstat.broker.store import BrokerStore, record_from_json, var_from_json
+from gridstat.broker.topology import RouterRole
+from gridstat.core.aio import create_guarded_task
+from gridstat.core.model import StatusVariable, TypeSpec, split_variable_name
+from gridstat.core.tls import TlsFiles
+from gridstat.errors import GridStatError, NotFound, TypeMismatch, ValidationError
+
+log = logging.getLogger(__name__)
+
+
+class LeafBroker:
+    def __init__(self, name: str, store: BrokerStore, *, tls: TlsFiles | None = None,
+                 supervise_interval_s: float = 0.5, forwarding_ms: float = 1.0) -> None:
+        self.name = name
+        self.store = store
+        self.tls = tls
+        self.state = CloudState(name, forwarding_ms=forwarding_ms)
+        self.links: dict[str, RouterLink] = {}
+        self.supervise_interval_s = supervise_interval_s
+        self.lock = asyncio.Lock()
+        self.current_mode = 0
+        self.rebuilds = 0
+        self._next_check: dict[str, float] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._started = self._closed = False
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    async def start(self) -> None:
+        if self._started:
+            return
+        self._started = True
+        self._load()
+        self._task = create_guarded_task(self._supervise(), name=f"broker-{self.name}-supervise")
+
+    async def stop(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        for link in self.links.values():
+            await link.close()
+        self.store.close()
+
+    def _load(self) -> None:
+        """Rebuild the state from the durable store (a restarted broker)."""
+        st, store = self.state, self.store
+        for d in store.all("routers"):
+            st.topology.add_router(d["name"], RouterRole(d["role"]), d["capacity_eps"])
+            ep = RouterEndpoint(d["name"], d["router_id"], d["control_address"], d["event_host"], d["event_port"])
+            st.endpoints[ep.name] = ep
+            self.links[ep.name] = RouterLink(ep, self.tls)
+        for d in store.all("channels"):
+            st.topology.add_channel(d["src"], d["dst"], bandwidth_bps=d["bandwidth_bps"], latency_ms=d["latency_ms"],
+                                    event_capacity_eps=d.get("event_capacity_eps"), name=d["name"])
+        for d in store.all("clients"):
+            st.clients[(d["kind"], d["name"])] = Client(**d)
+        for d in store.all("publications"):
+            st.registry.restore(var_from_json(d))
+        for d in store.all("subscriptions"):
+            st.restore(record_from_json(d))
+        st.next_client_id = int(store.get_meta("next_client_id") or st.next_client_id)
+        st.next_subscription = int(store.get_meta("next_subscription") or st.next_subscription)
+        self.current_mode = int(store.get_meta("current_mode") or 0)
+        if st.subscriptions or st.endpoints:
+            log.info("broker %s restored %d routers, %d publications, %d subscriptions", self.name,
+                     len(st.endpoints), len(st.registry), len(st.subscriptions))
+
+    def _save_counters(self) -> None:
+        self.store.set_meta("next_client_id", self.state.next_client_id)
+        self.store.set_meta("next_subscription", self.state.next_subscription)
+
+    # -- topology ----------------------------------------------------------------------------
+    async def add_router(self, ep: RouterEndpoint, role: RouterRole, capacity_eps: float) -> None:
+        if ":" in ep.name or "/" in ep.name:
+            raise ValidationError(f"router name {ep.name!r} must not contain ':' or '/'", field="router.name")
+        if not 1 <= ep.router_id < 1_000_000:
+            raise ValidationError(f"router id {ep.router_id} must be 1..999999 (client ids start at 1000000)",
+                                  field="router.router_id")
+        if any(e.router_id == ep.router_id for e in self.state.endpoints.values()):
+            raise ValidationError(f"router id {ep.router_id} is taken", field="router.router_id")
+        async with self.lock:
+            self.state.topology.add_router(ep.name, role, capacity_eps)
+            self.state.endpoints[ep.name] = ep
+            self.links[ep.name] = RouterLink(ep, self.tls)
+            # Not used for paths until the supervisor has reached it and opened its channels.
+            self.state.down.add(ep.name)
+            with self.store.transaction():
+                self.store.put_router(ep, role.value, capacity_eps)
+        await self.check_router(ep.name)
+
+    async def remove_router(self, name: str) -> None:
+        async with self.lock:
+            used = [r.subscription_id for r in self.state.subscriptions.values()
+                    if any(name in p.routers for _, paths in r.paths for p in paths)]
+            if used:
+                raise ValidationError(f"router {name!r} carries subscriptions {used[:5]}; remove them first",
+                                      field="name")
+            removed = self.state.topology.remove_router(name)
+            self.state.endpoints.pop(name, None)
+            link = self.links.pop(name, None)
+            with self.store.transaction():
+                self.store.delete("routers", name)
+                for ch in removed:
+                    self.store.delete("channels", ch.name)
+        if link is not None:
+            await link.close()
+        for ch in removed:
+            self._next_check[ch.src if ch.src != name else ch.dst] = 0.0
+
+    async def add_channel(self, a: str, b: str, *, bandwidth_bps: float, latency_ms: float,
+                          capacity_eps: float | None = None, both: bool = True) -> None:
+        async with self.lock:
+            topo = self.state.topology
+            pairs = [(a, b), (b, a)] if both else [(a, b)]
+            for src, dst in pairs:
+                if dst in topo.out_channels(src):
+                    raise ValidationError(f"routers {src!r} -> {dst!r} are already joined", field="channel")
+            added = [topo.add_channel(src, dst, bandwidth_bps=bandwidth_bps, latency_ms=latency_ms,
+                                      event_capacity_eps=capacity_eps) for src, dst in pairs]
+            with self.store.transaction():
+                for ch in added:
+                    self.store.put("channels", ch.name, {"name": ch.name, "src": ch.src, "dst": ch.dst,
+                                                         "bandwidth_bps": ch.bandwidth_bps, "latency_ms": ch.latency_ms,
+                                                         "event_capacity_eps": ch.event_capacity_eps})
+        # Open the router-side channels now, so that a subscription right after can use them.
+        await self._reconcile_now(a)
+        await self._reconcile_now(b)
+
+    async def remove_channel(self, a: str, b: str, *, both: bool = True) -> None:
+        async with self.lock:
+            topo = self.state.topology
+            names = [topo.channel_between(src, dst).name for src, dst in ([(a, b), (b, a)] if both else [(a, b)])]
+            for r in self.state.subscriptions.values():
+                for _, paths in r.paths:
+                    for p in paths:
+                        for u, w in zip(p.routers, p.routers[1:], strict=False):
+                            if topo.channel_between(u, w).name in names:
+                                raise ValidationError(f"channel {u}->{w} carries subscription {r.subscription_id}",
+                                                      field="channel")
+            with self.store.transaction():
+                for n in names:
+                    topo.remove_channel(n)
+                    self.store.delete("channels", n)
+        await self._reconcile_now(a)
+        await self._reconcile_now(b)
+
+    # -- clients and publications --------------------------------------------------------------
+    async def register_client(self, name: str, kind: str, edge_router: str, host: str = "", port: int = 0,
+                              *, first_time: bool = True) -> tuple[int, bool]:
+        async with self.lock:
+            st = self.state
+            old = st.clients.get((kind, name))
+            restarted = False
+            if old is not None and first_time:
+                # A first-time registration of a known client means it crashed (dissertation 3.7):
+                # what it held before is removed.
+                restarted = True
+                await self._drop_client_state(old.name, kind)
+            client = st.register_client(name, kind, edge_router, host, port)
+            with self.store.transaction():
+                self.store.put_client(client)
+                self._save_counters()
+            if old is not None and old.edge_router != edge_router:
+                self._next_check[old.edge_router] = 0.0
+        await self._reconcile_now(edge_router)
+        return client.client_id, restarted
+
+    async def _drop_client_state(self, name: str, kind: str) -> None:
+        st = self.state
+        if kind == "subscriber":
+            for sid in [r.subscription_id for r in st.subscriptions.values() if r.subscriber == name]:
+                await self._unsubscribe_locked(sid)
+        else:
+            for var in [v for v in st.registry if v.publisher == name]:
+                await self._unregister_publication_locked(var.full_name)
+
+    async def unregister_client(self, name: str, kind: str) -> int:
+        async with self.lock:
+            client = self.state.client(kind, name)
+            before = len(self.state.subscriptions)
+            await self._drop_client_state(name, kind)
+            del self.state.clients[(kind, name)]
+            with self.store.transaction():
+                self.store.delete("clients", f"{kind}/{name}")
+            removed = before - len(self.state.subscriptions)
+        await self._reconcile_now(client.edge_router)
+        return removed
+
+    async def register_publication(self, publisher: str, variable: str, type_spec: TypeSpec, *, interval_ms: int,
+                                   priority: int, alert: bool = False, min_interval_ms: int = 0,
+                                   edge_router: str) -> StatusVariable:
+        async with self.lock:
+            client = self.state.client("publisher", publisher)
+            if client.edge_router != edge_router:
+                raise Unauthorized(f"publisher {publisher!r} is registered at {client.edge_router!r}, not "
+                                   f"{edge_router!r}", field="edge_router")
+            var = self.state.registry.register(publisher, variable, type_spec, interval_ms=interval_ms,
+                                               priority=priority, alert=alert, min_interval_ms=min_interval_ms)
+            with self.store.transaction():
+                self.store.put_publication(var)
+            return var
+
+    async def unregister_publication(self, full_name: str) -> int:
+        async with self.lock:
+            return await self._unregister_publication_locked(full_name)
+
+    async def _unregister_publication_locked(self, full_name: str) -> int:
+        var = self.state.registry.lookup(full_name)
+        sids = [r.subscription_id for r in self.state.subscriptions.values() if r.variable_id == var.variable_id]
+        for sid in sids:
+            await self._unsubscribe_locked(sid)
+        self.state.registry.unregister(full_name)
+        with self.store.transaction():
+            self.store.delete("publications", full_name)
+        return len(sids)
+
+    # -- subscriptions -----------------------------------------------------------------------
+    async def subscribe(self, subscriber: str, variable: str, type_spec: TypeSpec | None, qos: Iterable[ModeQoS],
+                        *, edge_router: str, subscription_id: str = "") -> SubscriptionRecord:
+        split_variable_name(variable)
+        async with self.lock:
+            st = self.state
+            var = st.registry.lookup(variable)
+            if type_spec is not None and var.type != type_spec:
+                raise TypeMismatch(f"subscription to {variable!r} expects type {type_spec.name!r} but it is "
+                                   f"published as {var.type.name!r}", field="type")
+            client = st.client("subscriber", subscriber)
+            if client.edge_router != edge_router:
+                raise Unauthorized(f"subscriber {subscriber!r} is registered at {client.edge_router!r}, not "
+                                   f"{edge_router!r}", field="edge_router")
+            sid = subscription_id or st.new_subscription_id()
+            record = st.admit(sid, subscriber, var, qos, edge_router)
+            try:
+                await installer.apply_transaction(self.links, self._changes(record, install=True))
+            except GridStatError:
+                st.remove(sid)
+                raise
+            with self.store.transaction():
+                self.store.put_subscription(record)
+                self._save_counters()
+            return record
+
+    async def unsubscribe(self, subscription_id: str) -> int:
+        async with self.lock:
+            return await self._unsubscribe_locked(subscription_id)
+
+    async def _unsubscribe_locked(self, subscription_id: str) -> int:
+        record = self.state.remove(subscription_id)
+        changes = self._changes(record, install=False)
+        up = {n: c for n, c in changes.items() if n not in self.state.down}
+        try:
+            await installer.apply_transaction(self.links, up)
+        except GridStatError as exc:
+            # The subscription is gone from the state either way; a router that missed the
+            # removal is put right by reconciliation when it answers again.
+            log.warning("removing %s: %s; the routers will be reconciled", subscription_id, exc)
+            for name in up:
+                self._next_check[name] = 0.0
+        with self.store.transaction():
+            self.store.delete("subscriptions", subscription_id)
+        return sum(len(c.remove) for c in changes.values())
+
+    async def change_subscription(self, subscription_id: str, qos: ModeQoS) -> SubscriptionRecord:
+        """Change one mode's QoS in place: re-admitted, and the old QoS stays if it is rejected."""
+        async with self.lock:
+            old = self.state.subscriptions.get(subscription_id)
+            if old is None:
+                raise NotFound(f"no subscription {subscription_id!r}", field="subscription_id")
+            var = self.state.registry.by_id(old.variable_id)
+            new_qos = (*(q for q in old.qos if q.mode != qos.mode), qos)
+            self.state.remove(subscription_id)
+            try:
+                record = self.state.admit(subscription_id, old.subscriber, var, new_qos, old.edge_router)
+            except GridStatError:
+                self.state.restore(old)
+                raise
+            changes: dict[str, RouterChange] = {}
+            before = self._changes(old, install=False)
+            after = self._changes(record, install=True)
+            new_keys = {installer.route_key(r) for c in after.values() for r in c.install}
+            for name in {*before, *after}:
+                gone = tuple(k for k in before.get(name, RouterChange()).remove if k not in new_keys)
+                changes[name] = RouterChange(after.get(name, RouterChange()).install, gone)
+            try:
+                await installer.apply_transaction(self.links, changes)
+            except GridStatError:
+                self.state.remove(subscription_id)
+                self.state.restore(old)
+                raise
+            with self.store.transaction():
+                self.store.put_subscription(record)
+            return record
+
+    def _changes(self, record: SubscriptionRecord, *, install: bool) -> dict[str, RouterChange]:
+        per: dict[str, list[DesiredRoute]] = {}
+        for router, route in self.state.routes_of(record):
+            per.setdefault(router, []).append(route)
+        if install:
+            return {n: RouterChange(install=tuple(rs)) for n, rs in per.items()}
+        return {n: RouterChange(remove=tuple(installer.route_key(r) for r in rs)) for n, rs in per.items()}
+
+    def paths_of(self, record: SubscriptionRecord) -> dict[int, tuple[Path, ...]]:
+        return dict(record.paths)
+
+    # -- supervision (dissertation 3.7: the LQB rebuilds a restarted router) ----------------------
+    async def _reconcile_now(self, router: str) -> None:
+        link = self.links.get(router)
+        if link is None or router in self.state.down:
+            self._next_check[router] = 0.0
+            return
+        async with self.lock:
+            try:
+                await installer.reconcile(link, self.state.desired_channels(router),
+                                          self.state.desired_routes(router))
+            except GridStatError as exc:
+                log.warning("reconciling %s: %s", router, exc)
+            except Exception as exc:  # grpc errors: the supervisor retries
+                log.warning("reconciling %s failed: %s", router, exc)
+                self._next_check[router] = 0.0
+
+    async def check_router(self, name: str) -> None:
+        link = self.links.get(name)
+        if link is None:
+            return
+        health = await link.health()
+        if health is None:
+            link.failures += 1
+            if name not in self.state.down and link.up:
+                log.warning("broker %s: router %s does not answer; new paths avoid it", self.name, name)
+            link.up = False
+            self.state.down.add(name)
+            backoff = min(5.0, self.supervise_interval_s * 2 ** min(link.failures, 4))
+            self._next_check[name] = time.monotonic() + backoff * (0.8 + 0.4 * random.random())
+            return
+        restarted = health.boot_id != link.boot_id
+        if restarted or not link.up:
+            async with self.lock:
+                try:
+                    n = await installer.reconcile(link, self.state.desired_channels(name),
+                                                  self.state.desired_routes(name))
+                except Exception as exc:
+                    log.warning("rebuilding router %s failed: %s; retrying", name, exc)
+                    self._next_check[name] = time.monotonic() + self.supervise_interval_s
+                    return
+            if restarted and link.boot_id is not None:
+                self.rebuilds += 1
+                log.warning("broker %s: router %s restarted; rebuilt with %d changes", self.name, name, n)
+            link.boot_id = health.boot_id
+        link.up = True
+        link.failures = 0
+        self.state.down.discard(name)
+        self._next_check[name] = time.monotonic() + self.supervise_interval_s
+
+    async def _supervise(self) -> None:
+        while True:
+            now = time.monotonic()
+            due = [n for n in list(self.links) if self._next_check.get(n, 0.0) <= now]
+            if due:
+                await asyncio.gather(*(self.check_router(n) for n in due), return_exceptions=True)
+            await asyncio.sleep(min(0.1, self.supervise_interval_s))

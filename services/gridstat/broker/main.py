@@ -1,0 +1,95 @@
+"""Run a leaf QoS broker: ``gridstat broker --name A --port 7700 --state A.sqlite``.
+
+Prints ``READY name=<name> port=<grpc port>`` once serving. The state file keeps
+everything the broker accepted; a broker restarted on the same file recovers its
+topology, clients, publications and subscriptions and reconciles its routers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import logging
+import os
+import signal
+import sys
+
+import grpc
+
+from gridstat.broker.leaf import LeafBroker
+from gridstat.broker.service import QoSBrokerServicer
+from gridstat.broker.store import BrokerStore
+from gridstat.core.aio import exit_with_parent, install_fast_loop
+from gridstat.core.tls import TlsFiles
+from gridstat.errors import ValidationError
+from gridstat.v1 import broker_pb2_grpc as pb_grpc
+
+
+def default_state_path(name: str) -> str:
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return os.path.join(base, "gridstat", f"broker-{name}.sqlite")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--name", required=True, help="the cloud's name (this broker's name)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=7700, help="gRPC port (0 = any)")
+    p.add_argument("--state", default="", help="SQLite file of the durable state "
+                                                "(default ~/.local/state/gridstat/broker-NAME.sqlite)")
+    p.add_argument("--supervise-interval-ms", type=int, default=500, help="router health check period")
+    p.add_argument("--tls-cert", default="")
+    p.add_argument("--tls-key", default="")
+    p.add_argument("--tls-client-ca", default="", help="require client certificates signed by this CA (mTLS)")
+    p.add_argument("--router-tls-ca", default="", help="CA of the routers' control API certificates")
+    p.add_argument("--exit-with-parent", action="store_true")
+    p.add_argument("--log-level", default="WARNING")
+
+
+async def serve(broker: LeafBroker, host: str, port: int, tls: TlsFiles | None = None) -> tuple[grpc.aio.Server, int]:
+    server = grpc.aio.server()
+    pb_grpc.add_QoSBrokerServicer_to_server(QoSBrokerServicer(broker), server)  # type: ignore[no-untyped-call]
+    if tls is None:
+        bound = server.add_insecure_port(f"{host}:{port}")
+    else:
+        bound = server.add_secure_port(f"{host}:{port}", tls.server_credentials())
+    if bound == 0:
+        raise ValidationError(f"cannot bind {host}:{port}", field="port")
+    await server.start()
+    return server, bound
+
+
+async def _run(args: argparse.Namespace) -> None:
+    tls = TlsFiles(args.tls_cert, args.tls_key, args.tls_client_ca) if args.tls_cert else None
+    router_tls = TlsFiles(args.tls_cert, args.tls_key, args.router_tls_ca) if args.router_tls_ca else None
+    store = BrokerStore(args.state or default_state_path(args.name))
+    broker = LeafBroker(args.name, store, tls=router_tls, supervise_interval_s=args.supervise_interval_ms / 1000)
+    await broker.start()
+    # Long-lived objects (topology, reservations) would be rescanned by every full collection:
+    # freeze them so admission latency has no 100 ms GC pauses (measured in docs/benchmarks.md).
+    gc.freeze()
+    server, port = await serve(broker, args.host, args.port, tls)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    print(f"READY name={args.name} port={port}", flush=True)
+    await stop.wait()
+    await server.stop(grace=1.0)
+    await broker.stop()
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.exit_with_parent:
+        exit_with_parent()
+    install_fast_loop()
+    asyncio.run(_run(args))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    parser = argparse.ArgumentParser(prog="gridstat broker")
+    add_arguments(parser)
+    sys.exit(run(parser.parse_args()))

@@ -1,0 +1,241 @@
+"""gRPC servicer of the leaf QoS broker (protos/gridstat/v1/broker.proto), thin over ``LeafBroker``.
+
+Admission outcomes (NoFeasiblePath, LatencyUnattainable, CapacityExceeded,
+UnknownVariable, TypeMismatch, Unauthorized, RouterUnavailable) come back as a
+reply with ``admitted=false`` and a ``Rejection`` carrying the reason and the
+offer; malformed requests and other failures are gRPC errors with the
+``gridstat-reason`` and ``gridstat-field`` trailing metadata.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+
+from gridstat.broker.leaf import LeafBroker
+from gridstat.broker.rejections import CapacityExceeded, LatencyUnattainable, NoFeasiblePath
+from gridstat.broker.state import ModeQoS, RouterEndpoint, SubscriptionRecord, Unauthorized
+from gridstat.broker.topology import RouterRole
+from gridstat.core.protoconv import type_from_pb, type_to_pb
+from gridstat.errors import (
+    ChannelUnavailable,
+    DuplicateName,
+    GridStatError,
+    NotFound,
+    TypeMismatch,
+    UnknownVariable,
+    ValidationError,
+)
+from gridstat.v1 import broker_pb2 as pb
+from gridstat.v1 import broker_pb2_grpc as pb_grpc
+
+T = TypeVar("T")
+ADMISSION_ERRORS = (NoFeasiblePath, LatencyUnattainable, CapacityExceeded, UnknownVariable, TypeMismatch,
+                    Unauthorized, ChannelUnavailable)
+_KIND = {pb.CLIENT_KIND_PUBLISHER: "publisher", pb.CLIENT_KIND_SUBSCRIBER: "subscriber"}
+
+
+def status_code(exc: GridStatError) -> grpc.StatusCode:
+    if isinstance(exc, NotFound | UnknownVariable):
+        return grpc.StatusCode.NOT_FOUND
+    if isinstance(exc, DuplicateName):
+        return grpc.StatusCode.ALREADY_EXISTS
+    if isinstance(exc, Unauthorized):
+        return grpc.StatusCode.PERMISSION_DENIED
+    if exc.retriable:
+        return grpc.StatusCode.UNAVAILABLE
+    return grpc.StatusCode.INVALID_ARGUMENT
+
+
+async def _abort(context: Any, exc: GridStatError) -> None:
+    context.set_trailing_metadata((("gridstat-reason", exc.reason), ("gridstat-field", exc.field or "")))
+    await context.abort(status_code(exc), str(exc))
+
+
+def rejection(exc: GridStatError) -> pb.Rejection:
+    msg = pb.Rejection(reason=exc.reason, message=str(exc), field=exc.field or "")
+    offer = getattr(exc, "offer", None)
+    if offer is not None:
+        if offer.best_latency_ms is not None:
+            msg.offer.best_latency_ms = float(offer.best_latency_ms)
+        if offer.max_redundancy is not None:
+            msg.offer.max_redundancy = int(offer.max_redundancy)
+        if offer.min_interval_ms is not None:
+            msg.offer.min_interval_ms = int(offer.min_interval_ms)
+    return msg
+
+
+def qos_from_pb(m: pb.ModeQoS) -> ModeQoS:
+    return ModeQoS(m.mode, m.interval_ms, float(m.latency_ms), m.redundancy or 1, m.priority or 1)
+
+
+def record_to_reply(broker: LeafBroker, r: SubscriptionRecord) -> pb.SubscribeReply:
+    var = broker.state.registry.by_id(r.variable_id)
+    sub = pb.Subscription(subscription_id=r.subscription_id, subscriber=r.subscriber, variable=r.variable,
+                          type=type_to_pb(var.type), edge_router=r.edge_router, cloud=broker.name,
+                          qos=[pb.ModeQoS(mode=q.mode, interval_ms=q.interval_ms, latency_ms=int(q.latency_ms),
+                                          redundancy=q.redundancy, priority=q.priority) for q in r.qos])
+    allocations = [pb.Allocation(mode=mode, paths=[pb.Path(routers=list(p.routers), latency_ms=p.latency_ms,
+                                                           redundant_index=i) for i, p in enumerate(paths)])
+                   for mode, paths in r.paths]
+    return pb.SubscribeReply(admitted=True, subscription=sub, variable_id=r.variable_id,
+                             pub_interval_ms=r.pub_interval_ms, allocations=allocations)
+
+
+class QoSBrokerServicer(pb_grpc.QoSBrokerServicer):
+    def __init__(self, broker: LeafBroker) -> None:
+        self.broker = broker
+
+    async def _run(self, context: Any, call: Callable[[], Awaitable[T]]) -> T:
+        try:
+            return await call()
+        except GridStatError as exc:
+            await _abort(context, exc)
+            raise AssertionError("unreachable: abort raises") from exc
+
+    async def RegisterClient(self, request: pb.RegisterClientRequest, context: Any) -> pb.RegisterClientReply:
+        async def call() -> pb.RegisterClientReply:
+            kind = _KIND.get(request.kind)
+            if kind is None:
+                raise ValidationError("kind must be publisher or subscriber", field="kind")
+            cid, restarted = await self.broker.register_client(request.name, kind, request.edge_router,
+                                                               request.host, request.port,
+                                                               first_time=request.first_time)
+            ep = self.broker.state.endpoints[request.edge_router]
+            return pb.RegisterClientReply(client_id=cid, event_host=ep.event_host, event_port=ep.event_port,
+                                          current_mode=self.broker.current_mode, restarted=restarted)
+        return await self._run(context, call)
+
+    async def UnregisterClient(self, request: pb.UnregisterClientRequest, context: Any) -> pb.UnregisterClientReply:
+        async def call() -> pb.UnregisterClientReply:
+            kind = _KIND.get(request.kind)
+            if kind is None:
+                raise ValidationError("kind must be publisher or subscriber", field="kind")
+            return pb.UnregisterClientReply(removed=await self.broker.unregister_client(request.name, kind))
+        return await self._run(context, call)
+
+    async def RegisterPublication(self, request: pb.RegisterPublicationRequest,
+                                  context: Any) -> pb.RegisterPublicationReply:
+        async def call() -> pb.RegisterPublicationReply:
+            p = request.publication
+            t = type_from_pb(p.type, field="publication.type")
+            if t is None:
+                raise ValidationError("a publication needs a value type", field="publication.type.kind")
+            var = await self.broker.register_publication(
+                p.publisher, p.variable, t, interval_ms=p.interval_ms, priority=p.priority or 1, alert=p.alert,
+                min_interval_ms=p.min_interval_ms, edge_router=p.edge_router)
+            return pb.RegisterPublicationReply(publication=self._publication(var.full_name))
+        return await self._run(context, call)
+
+    def _publication(self, full_name: str) -> pb.Publication:
+        v = self.broker.state.registry.lookup(full_name)
+        edge = self.broker.state.clients.get(("publisher", v.publisher))
+        return pb.Publication(publisher=v.publisher, variable=v.name, type=type_to_pb(v.type),
+                              interval_ms=v.interval_ms, priority=v.priority, alert=v.alert,
+                              min_interval_ms=v.min_interval_ms, variable_id=v.variable_id,
+                              edge_router=edge.edge_router if edge else "")
+
+    async def UnregisterPublication(self, request: pb.UnregisterPublicationRequest,
+                                    context: Any) -> pb.UnregisterPublicationReply:
+        async def call() -> pb.UnregisterPublicationReply:
+            n = await self.broker.unregister_publication(f"{request.publisher}/{request.variable}")
+            return pb.UnregisterPublicationReply(subscriptions_removed=n)
+        return await self._run(context, call)
+
+    async def Subscribe(self, request: pb.SubscribeRequest, context: Any) -> pb.SubscribeReply:
+        async def call() -> pb.SubscribeReply:
+            s = request.subscription
+            if not s.qos:
+                raise ValidationError("a subscription needs QoS for at least one mode", field="subscription.qos")
+            qos = [qos_from_pb(q) for q in s.qos]
+            t = type_from_pb(s.type, field="subscription.type")
+            try:
+                record = await self.broker.subscribe(s.subscriber, s.variable, t, qos, edge_router=s.edge_router,
+                                                     subscription_id=s.subscription_id)
+            except ADMISSION_ERRORS as exc:
+                return pb.SubscribeReply(admitted=False, subscription=s, rejection=rejection(exc))
+            return record_to_reply(self.broker, record)
+        return await self._run(context, call)
+
+    async def Unsubscribe(self, request: pb.UnsubscribeRequest, context: Any) -> pb.UnsubscribeReply:
+        async def call() -> pb.UnsubscribeReply:
+            return pb.UnsubscribeReply(routes_removed=await self.broker.unsubscribe(request.subscription_id))
+        return await self._run(context, call)
+
+    async def ChangeSubscription(self, request: pb.ChangeSubscriptionRequest, context: Any) -> pb.SubscribeReply:
+        async def call() -> pb.SubscribeReply:
+            try:
+                record = await self.broker.change_subscription(request.subscription_id, qos_from_pb(request.qos))
+            except ADMISSION_ERRORS as exc:
+                return pb.SubscribeReply(admitted=False, rejection=rejection(exc))
+            return record_to_reply(self.broker, record)
+        return await self._run(context, call)
+
+    async def ListSubscriptions(self, request: pb.ListSubscriptionsRequest,
+                                context: Any) -> pb.ListSubscriptionsReply:
+        recs = [r for r in self.broker.state.subscriptions.values()
+                if not request.subscriber or r.subscriber == request.subscriber]
+        return pb.ListSubscriptionsReply(subscriptions=[record_to_reply(self.broker, r) for r in recs])
+
+    async def ListPublications(self, request: pb.ListPublicationsRequest, context: Any) -> pb.ListPublicationsReply:
+        return pb.ListPublicationsReply(publications=[self._publication(v.full_name)
+                                                      for v in self.broker.state.registry])
+
+    async def AddRouter(self, request: pb.AddRouterRequest, context: Any) -> pb.TopologyReply:
+        async def call() -> pb.TopologyReply:
+            r = request.router
+            try:
+                role = RouterRole(r.role or "internal")
+            except ValueError:
+                raise ValidationError(f"router role {r.role!r} is not edge, internal or border",
+                                      field="router.role") from None
+            host, _, port = r.event_address.rpartition(":")
+            if not host or not port.isdigit() or not r.control_address:
+                raise ValidationError("a router needs event_address HOST:PORT and control_address",
+                                      field="router.event_address")
+            await self.broker.add_router(RouterEndpoint(r.name, r.router_id, r.control_address, host, int(port)),
+                                         role, float(r.capacity_eps or 50_000))
+            return pb.TopologyReply(topology_version=self.broker.state.version)
+        return await self._run(context, call)
+
+    async def RemoveRouter(self, request: pb.RemoveRouterRequest, context: Any) -> pb.TopologyReply:
+        async def call() -> pb.TopologyReply:
+            await self.broker.remove_router(request.name)
+            return pb.TopologyReply(topology_version=self.broker.state.version)
+        return await self._run(context, call)
+
+    async def AddChannel(self, request: pb.AddTopologyChannelRequest, context: Any) -> pb.TopologyReply:
+        async def call() -> pb.TopologyReply:
+            c = request.channel
+            await self.broker.add_channel(c.a, c.b, bandwidth_bps=float(c.bandwidth_bps), latency_ms=c.latency_ms,
+                                          capacity_eps=float(c.capacity_eps) or None, both=c.both_directions)
+            return pb.TopologyReply(topology_version=self.broker.state.version)
+        return await self._run(context, call)
+
+    async def RemoveChannel(self, request: pb.RemoveTopologyChannelRequest, context: Any) -> pb.TopologyReply:
+        async def call() -> pb.TopologyReply:
+            await self.broker.remove_channel(request.a, request.b, both=request.both_directions)
+            return pb.TopologyReply(topology_version=self.broker.state.version)
+        return await self._run(context, call)
+
+    async def GetTopology(self, request: pb.GetTopologyRequest, context: Any) -> pb.TopologyView:
+        st = self.broker.state
+        routers = [pb.RouterInfo(name=r.name, role=r.role.value, capacity_eps=int(r.capacity_eps),
+                                 control_address=st.endpoints[r.name].control_address,
+                                 event_address=f"{st.endpoints[r.name].event_host}:{st.endpoints[r.name].event_port}",
+                                 router_id=st.endpoints[r.name].router_id, up=r.name not in st.down)
+                   for r in st.topology if r.name in st.endpoints]
+        channels = [pb.TopologyChannel(a=c.src, b=c.dst, bandwidth_bps=int(c.bandwidth_bps), latency_ms=c.latency_ms,
+                                       capacity_eps=int(c.event_capacity_eps or 0))
+                    for c in st.topology.channels.values()]
+        return pb.TopologyView(broker=self.broker.name, routers=routers, channels=channels,
+                               topology_version=st.version)
+
+    async def Health(self, request: pb.BrokerHealthRequest, context: Any) -> pb.BrokerHealthReply:
+        st = self.broker.state
+        return pb.BrokerHealthReply(serving=True, broker=self.broker.name, leaf=True,
+                                    routers_up=len(st.endpoints) - len(st.down & set(st.endpoints)),
+                                    routers_down=len(st.down & set(st.endpoints)),
+                                    subscriptions=len(st.subscriptions))

@@ -1,0 +1,308 @@
+"""The leaf QoS broker's state of its cloud, and its decisions, without I/O (dissertation 3.3.1).
+
+The leaf broker "has complete knowledge of its cloud" and is the only writer of
+its routers' tables. ``CloudState`` holds that knowledge: the topology and the
+routers' addresses, the registered clients and publications, the admitted
+subscriptions with their paths per mode, the reservations per mode, and for
+every (mode, variable) the directed edges its routes use.
+
+That last index enforces the rule that keeps the data plane loop-free: a router
+forwards a variable on its routes whatever channel the event came in on, so the
+union of a variable's routes must be a tree rooted at the publisher's edge router
+(a DAG where redundant paths meet at a subscriber's edge router). A new path may
+enter a router that already carries the variable only over the channel it already
+uses, except at the subscriber's edge router of a redundant subscription.
+
+Everything the routers should hold (channels, routes) is *derived* from this
+state (``desired_channels``, ``desired_routes``), so rebuilding a restarted router
+and reconciling after a broker restart are the same operation.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from gridstat.broker import allocation as alloc
+from gridstat.broker.paths import Path, Usable
+from gridstat.broker.resources import SUBSCRIBER_CHANNEL_PREFIX, Reservations
+from gridstat.broker.topology import Channel, RouterRole, Topology
+from gridstat.core.model import MAX_MODES, StatusVariable, VariableRegistry
+from gridstat.errors import DuplicateName, GridStatError, NotFound, ValidationError
+
+PUBLISHER_CHANNEL_PREFIX = "pub:"
+#: Client ids start here so that they never collide with router ids (sender ids share one space).
+FIRST_CLIENT_ID = 1_000_000
+
+
+class Unauthorized(GridStatError):
+    reason = "Unauthorized"
+
+
+@dataclass(frozen=True)
+class RouterEndpoint:
+    name: str
+    router_id: int
+    control_address: str
+    event_host: str
+    event_port: int
+
+
+@dataclass(frozen=True)
+class Client:
+    name: str
+    kind: str  # "publisher" | "subscriber"
+    client_id: int
+    edge_router: str
+    host: str = ""
+    port: int = 0
+
+    @property
+    def channel(self) -> str:
+        prefix = PUBLISHER_CHANNEL_PREFIX if self.kind == "publisher" else SUBSCRIBER_CHANNEL_PREFIX
+        return prefix + self.name
+
+
+@dataclass(frozen=True)
+class ModeQoS:
+    mode: int
+    interval_ms: int
+    latency_ms: float
+    redundancy: int = 1
+    priority: int = 1
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.mode < MAX_MODES:
+            raise ValidationError(f"mode {self.mode} is outside 0..{MAX_MODES - 1}", field="qos.mode")
+        if self.interval_ms <= 0:
+            raise ValidationError(f"interval_ms must be positive, got {self.interval_ms}", field="qos.interval_ms")
+        if not self.latency_ms > 0:
+            raise ValidationError(f"latency_ms must be positive, got {self.latency_ms}", field="qos.latency_ms")
+        if not 1 <= self.redundancy <= 8:
+            raise ValidationError(f"redundancy must be 1..8, got {self.redundancy}", field="qos.redundancy")
+        if not 0 <= self.priority <= 6:
+            raise ValidationError(f"priority must be 0..6, got {self.priority}", field="qos.priority")
+
+
+@dataclass(frozen=True)
+class SubscriptionRecord:
+    subscription_id: str
+    subscriber: str
+    variable: str
+    variable_id: int
+    pub_interval_ms: int
+    alert: bool
+    edge_router: str
+    publisher_router: str
+    qos: tuple[ModeQoS, ...]
+    #: (mode, paths) for every mode of ``qos``, in the same order.
+    paths: tuple[tuple[int, tuple[Path, ...]], ...]
+    version: int
+
+
+@dataclass(frozen=True)
+class DesiredChannel:
+    name: str
+    peer_id: int
+    kind: str  # "router" | "subscriber" | "publisher"
+    host: str = ""
+    port: int = 0
+
+
+@dataclass(frozen=True)
+class DesiredRoute:
+    route_id: str
+    variable_id: int
+    mode: int
+    channel: str
+    sub_interval_ms: int
+    priority: int
+    pub_interval_ms: int
+    alert: bool
+    version: int
+
+
+@dataclass
+class CloudState:
+    name: str
+    topology: Topology = field(default_factory=Topology)
+    endpoints: dict[str, RouterEndpoint] = field(default_factory=dict)
+    registry: VariableRegistry = field(default_factory=VariableRegistry)
+    clients: dict[tuple[str, str], Client] = field(default_factory=dict)
+    subscriptions: dict[str, SubscriptionRecord] = field(default_factory=dict)
+    down: set[str] = field(default_factory=set)
+    forwarding_ms: float = 1.0
+    next_client_id: int = FIRST_CLIENT_ID
+    next_subscription: int = 1
+    version: int = 0
+    _reservations: dict[int, Reservations] = field(default_factory=dict)
+    _parents: dict[tuple[int, int], dict[str, Counter[str]]] = field(default_factory=dict)
+    _by_router: dict[str, set[str]] = field(default_factory=dict)
+
+    # -- clients and publications ------------------------------------------------------------
+    def client(self, kind: str, name: str) -> Client:
+        try:
+            return self.clients[(kind, name)]
+        except KeyError:
+            raise Unauthorized(f"{kind} {name!r} is not registered with cloud {self.name!r}",
+                               field=kind) from None
+
+    def register_client(self, name: str, kind: str, edge_router: str, host: str, port: int) -> Client:
+        if edge_router not in self.endpoints or self.topology.router(edge_router).role is not RouterRole.EDGE:
+            raise Unauthorized(f"{edge_router!r} is not an edge router of cloud {self.name!r}", field="edge_router")
+        if kind == "subscriber" and not (host and 0 < port < 65536):
+            raise ValidationError(f"subscriber {name!r} needs a host and port for its events", field="port")
+        old = self.clients.get((kind, name))
+        client_id = old.client_id if old is not None else self.next_client_id
+        if old is None:
+            self.next_client_id += 1
+        client = Client(name, kind, client_id, edge_router, host, port)
+        self.clients[(kind, name)] = client
+        return client
+
+    def reservations(self, mode: int) -> Reservations:
+        res = self._reservations.get(mode)
+        if res is None:
+            res = self._reservations[mode] = Reservations(self.topology)
+        return res
+
+    # -- admission (dissertation 3.1: RoutingAlgo per mode and per redundant path) ----------
+    def allowed(self, mode: int, variable_id: int, publisher_router: str, subscriber_router: str,
+                redundancy: int) -> Usable:
+        parents = self._parents.get((mode, variable_id), {})
+        down = self.down
+
+        def ok(ch: Channel) -> bool:
+            if ch.src in down or ch.dst in down or ch.dst == publisher_router:
+                return False
+            ps = parents.get(ch.dst)
+            return not ps or ch.src in ps or (redundancy > 1 and ch.dst == subscriber_router)
+
+        return ok
+
+    def new_subscription_id(self) -> str:
+        sid = f"s{self.next_subscription}"
+        self.next_subscription += 1
+        return sid
+
+    def admit(self, subscription_id: str, subscriber: str, var: StatusVariable, qos: Iterable[ModeQoS],
+              edge_router: str) -> SubscriptionRecord:
+        """Plan every mode, then reserve all of them; a rejection in any mode reserves nothing."""
+        qos = tuple(qos)
+        if not qos:
+            raise ValidationError("a subscription needs QoS for at least one mode", field="qos")
+        if len({q.mode for q in qos}) != len(qos):
+            raise ValidationError("a mode appears twice in the subscription's QoS", field="qos.mode")
+        if subscription_id in self.subscriptions:
+            raise DuplicateName(f"subscription {subscription_id!r} exists", field="subscription_id")
+        for rec in self.subscriptions.values():
+            if rec.subscriber == subscriber and rec.variable == var.full_name:
+                raise DuplicateName(f"{subscriber!r} already subscribes to {var.full_name!r} "
+                                    f"({rec.subscription_id}); change it instead", field="variable")
+        publisher = self.client("publisher", var.publisher)
+        planned: list[tuple[ModeQoS, alloc.Allocation]] = []
+        for q in qos:
+            request = self._request(subscription_id, subscriber, var, q, publisher.edge_router, edge_router)
+            allowed = self.allowed(q.mode, var.variable_id, publisher.edge_router, edge_router, q.redundancy)
+            planned.append((q, alloc.plan_subscription(self.topology, self.reservations(q.mode), request,
+                                                       forwarding_ms=self.forwarding_ms, allowed=allowed)))
+        self.version += 1
+        record = SubscriptionRecord(
+            subscription_id, subscriber, var.full_name, var.variable_id, var.effective_interval_ms, var.alert,
+            edge_router, publisher.edge_router, qos, tuple((q.mode, a.paths) for q, a in planned), self.version)
+        committed: list[int] = []
+        try:
+            for q, a in planned:
+                alloc.commit(self.reservations(q.mode), a)
+                committed.append(q.mode)
+        except GridStatError:
+            for mode in committed:
+                alloc.release(self.reservations(mode), subscription_id)
+            raise
+        self._index(record, +1)
+        return record
+
+    def restore(self, record: SubscriptionRecord) -> None:
+        """Re-reserve a stored subscription on its stored paths (broker restart)."""
+        var = self.registry.by_id(record.variable_id)
+        for q, (mode, paths) in zip(record.qos, record.paths, strict=True):
+            request = self._request(record.subscription_id, record.subscriber, var, q, record.publisher_router,
+                                    record.edge_router)
+            a = alloc.allocation_for_paths(self.topology, self.reservations(mode), request, paths)
+            alloc.commit(self.reservations(mode), a)
+        self._index(record, +1)
+        self.version = max(self.version, record.version)
+
+    def remove(self, subscription_id: str) -> SubscriptionRecord:
+        record = self.subscriptions.get(subscription_id)
+        if record is None:
+            raise NotFound(f"no subscription {subscription_id!r} in cloud {self.name!r}", field="subscription_id")
+        for mode, _ in record.paths:
+            alloc.release(self.reservations(mode), subscription_id)
+        self._index(record, -1)
+        return record
+
+    def _request(self, sid: str, subscriber: str, var: StatusVariable, q: ModeQoS, pub_router: str,
+                 sub_router: str) -> alloc.SubscriptionRequest:
+        return alloc.SubscriptionRequest(sid, var.variable_id, pub_router, sub_router, subscriber,
+                                         var.effective_interval_ms, q.interval_ms, q.latency_ms, q.redundancy,
+                                         q.priority)
+
+    def _index(self, record: SubscriptionRecord, sign: int) -> None:
+        for mode, paths in record.paths:
+            parents = self._parents.setdefault((mode, record.variable_id), {})
+            for path in paths:
+                hops = path.routers
+                for u, w in itertools.pairwise(hops):
+                    counter = parents.setdefault(w, Counter())
+                    counter[u] += sign
+                    if counter[u] <= 0:
+                        del counter[u]
+                        if not counter:
+                            del parents[w]
+                for r in hops:
+                    if sign > 0:
+                        self._by_router.setdefault(r, set()).add(record.subscription_id)
+                    else:
+                        self._by_router.get(r, set()).discard(record.subscription_id)
+            if not parents:
+                self._parents.pop((mode, record.variable_id), None)
+        if sign > 0:
+            self.subscriptions[record.subscription_id] = record
+        else:
+            self.subscriptions.pop(record.subscription_id, None)
+
+    # -- what the routers should hold ----------------------------------------------------------
+    def desired_channels(self, router: str) -> list[DesiredChannel]:
+        out: dict[str, DesiredChannel] = {}
+        for neighbour in {*self.topology.out_channels(router), *self.topology.in_channels(router)}:
+            ep = self.endpoints.get(neighbour)
+            if ep is not None:
+                out[neighbour] = DesiredChannel(neighbour, ep.router_id, "router", ep.event_host, ep.event_port)
+        for c in self.clients.values():
+            if c.edge_router == router:
+                out[c.channel] = DesiredChannel(c.channel, c.client_id, c.kind, c.host, c.port)
+        return sorted(out.values(), key=lambda d: d.name)
+
+    def desired_routes(self, router: str) -> list[DesiredRoute]:
+        out: list[DesiredRoute] = []
+        for sid in sorted(self._by_router.get(router, ())):
+            out.extend(d for r, d in self.routes_of(self.subscriptions[sid]) if r == router)
+        return out
+
+    def routes_of(self, record: SubscriptionRecord) -> list[tuple[str, DesiredRoute]]:
+        """(router, route) pairs of a subscription: one per router per path per mode."""
+        out: list[tuple[str, DesiredRoute]] = []
+        last = SUBSCRIBER_CHANNEL_PREFIX + record.subscriber
+        for q, (mode, paths) in zip(record.qos, record.paths, strict=True):
+            interval = max(record.pub_interval_ms, q.interval_ms // record.pub_interval_ms * record.pub_interval_ms)
+            for index, path in enumerate(paths):
+                hops = path.routers
+                for i, router in enumerate(hops):
+                    channel = hops[i + 1] if i + 1 < len(hops) else last
+                    out.append((router, DesiredRoute(f"{record.subscription_id}/{index}", record.variable_id, mode,
+                                                     channel, interval, q.priority, record.pub_interval_ms,
+                                                     record.alert, record.version)))
+        return out

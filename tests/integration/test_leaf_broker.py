@@ -1,0 +1,213 @@
+"""A real leaf broker over real routers: admission, disjoint paths, router and broker recovery."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from gridstat.core import wire
+from gridstat.v1 import broker_pb2 as bpb
+from gridstat.v1 import router_pb2 as rpb
+
+from .brokerprocs import add_link, add_router, start_broker, wait_for
+from .routerprocs import start_router
+
+pytestmark = pytest.mark.integration
+
+#  Diamond with a tail:   e1 - i1 - e2
+#                          \       /
+#                           i2 ---
+ROUTERS = [("e1", 1, "edge"), ("i1", 2, "internal"), ("i2", 3, "internal"), ("e2", 4, "edge")]
+LINKS = [("e1", "i1", 1.0), ("i1", "e2", 1.0), ("e1", "i2", 2.0), ("i2", "e2", 2.0)]
+
+
+class Sink:
+    """A raw subscriber socket collecting (variable, timestamp) pairs in a thread."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.settimeout(0.1)
+        self.events: list[tuple[int, int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    @property
+    def port(self) -> int:
+        return int(self.sock.getsockname()[1])
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                data = self.sock.recv(65536)
+            except TimeoutError:
+                continue
+            self.events.extend((e.variable_id, e.timestamp_ms) for e in wire.decode_datagram(data).events)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2)
+        self.sock.close()
+
+
+@pytest.fixture
+def cloud(tmp_path: Path):  # type: ignore[no-untyped-def]
+    routers = {name: start_router(name, rid, role=role) for name, rid, role in ROUTERS}
+    broker = start_broker("A", str(tmp_path / "A.sqlite"))
+    try:
+        for name, _, role in ROUTERS:
+            add_router(broker, routers[name], role)
+        for a, b, lat in LINKS:
+            add_link(broker, a, b, latency_ms=lat)
+        yield broker, routers
+    finally:
+        broker.stop()
+        for r in routers.values():
+            r.stop()
+
+
+def register(broker, sink: Sink) -> tuple[int, int]:  # type: ignore[no-untyped-def]
+    pub = broker.stub.RegisterClient(bpb.RegisterClientRequest(
+        name="pmu1", kind=bpb.CLIENT_KIND_PUBLISHER, edge_router="e1", first_time=True), timeout=5)
+    broker.stub.RegisterClient(bpb.RegisterClientRequest(
+        name="ems", kind=bpb.CLIENT_KIND_SUBSCRIBER, edge_router="e2", host="127.0.0.1", port=sink.port,
+        first_time=True), timeout=5)
+    reply = broker.stub.RegisterPublication(bpb.RegisterPublicationRequest(publication=bpb.Publication(
+        publisher="pmu1", variable="freq", type=bpb.ValueType(kind=bpb.VALUE_KIND_FLOAT), interval_ms=10,
+        edge_router="e1")), timeout=5)
+    return pub.client_id, reply.publication.variable_id
+
+
+def subscribe(broker, *, redundancy: int = 1, latency_ms: int = 50, interval_ms: int = 10):  # type: ignore[no-untyped-def]
+    return broker.stub.Subscribe(bpb.SubscribeRequest(subscription=bpb.Subscription(
+        subscriber="ems", variable="pmu1/freq", type=bpb.ValueType(kind=bpb.VALUE_KIND_FLOAT), edge_router="e2",
+        qos=[bpb.ModeQoS(mode=0, interval_ms=interval_ms, latency_ms=latency_ms, redundancy=redundancy)])),
+        timeout=10)
+
+
+class Feed:
+    """Publishes one event every 10 ms (aligned timestamps) from a thread until stopped."""
+
+    def __init__(self, edge_port: int, sender: int, var: int) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.args = (edge_port, sender, var)
+        self.sent: list[int] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        port, sender, var = self.args
+        seq = 0
+        while not self._stop.is_set():
+            now = time.time_ns() // 1_000_000
+            ts = now - now % 10
+            if not self.sent or ts > self.sent[-1]:
+                seq += 1
+                ev = wire.encode_event(wire.Event(ts, var, b"\0" * 8))
+                self.sock.sendto(wire.encode_datagram(sender, seq, [ev]), ("127.0.0.1", port))
+                self.sent.append(ts)
+            time.sleep(0.002)
+
+    def stop(self) -> list[int]:
+        self._stop.set()
+        self._thread.join(timeout=2)
+        self.sock.close()
+        return self.sent
+
+
+def test_redundant_subscription_survives_kill_of_a_path_router_and_router_is_rebuilt(cloud) -> None:  # type: ignore[no-untyped-def]
+    broker, routers = cloud
+    sink = Sink()
+    pub_id, var = register(broker, sink)
+    reply = subscribe(broker, redundancy=2)
+    assert reply.admitted, reply.rejection
+    paths = [tuple(p.routers) for p in reply.allocations[0].paths]
+    assert sorted(paths) == [("e1", "i1", "e2"), ("e1", "i2", "e2")]
+    assert not set(paths[0][1:-1]) & set(paths[1][1:-1])  # node-disjoint interiors
+    feed = Feed(routers["e1"].port, pub_id, var)
+    try:
+        assert wait_for(lambda: len(sink.events) > 20)
+        victim = routers["i1"]
+        port, control_port = victim.port, victim.control_port
+        victim.proc.send_signal(signal.SIGKILL)
+        victim.proc.wait(timeout=5)
+        victim.channel.close()
+        time.sleep(1.0)
+        # Restart at the same addresses (a StatefulSet pod keeps its name): the broker sees a new
+        # boot id and rebuilds the router's channels and routes.
+        routers["i1"] = restarted = start_router("i1", 2, port=port, control_port=control_port)
+        assert wait_for(lambda: restarted.stub.Health(rpb.HealthRequest(), timeout=2).routes == 1, timeout_s=10)
+        time.sleep(0.5)
+    finally:
+        sent = feed.stop()
+    time.sleep(0.3)
+    sink.close()
+    got = {ts for v, ts in sink.events if v == var}
+    first = min(got)
+    expected = [ts for ts in sent if ts >= first]
+    missing = [ts for ts in expected if ts not in got]
+    assert missing == [], f"{len(missing)} of {len(expected)} events lost"
+    # Both paths deliver: copies arrive twice while both are up.
+    assert len(sink.events) > len(got)
+
+
+def test_admission_rejections_name_their_reason(cloud) -> None:  # type: ignore[no-untyped-def]
+    broker, _ = cloud
+    sink = Sink()
+    try:
+        register(broker, sink)
+        r = subscribe(broker, redundancy=3)
+        assert not r.admitted and r.rejection.reason == "NoFeasiblePath"
+        assert r.rejection.offer.max_redundancy == 2
+        r = subscribe(broker, latency_ms=2)
+        assert not r.admitted and r.rejection.reason == "LatencyUnattainable"
+        assert r.rejection.offer.best_latency_ms == pytest.approx(5.0)  # 2 link ms + 3 routers x 1 ms
+        r = broker.stub.Subscribe(bpb.SubscribeRequest(subscription=bpb.Subscription(
+            subscriber="ems", variable="pmu1/nope", edge_router="e2",
+            qos=[bpb.ModeQoS(mode=0, interval_ms=10, latency_ms=50)])), timeout=5)
+        assert not r.admitted and r.rejection.reason == "UnknownVariable"
+        r = broker.stub.Subscribe(bpb.SubscribeRequest(subscription=bpb.Subscription(
+            subscriber="ems", variable="pmu1/freq", type=bpb.ValueType(kind=bpb.VALUE_KIND_INT), edge_router="e2",
+            qos=[bpb.ModeQoS(mode=0, interval_ms=10, latency_ms=50)])), timeout=5)
+        assert not r.admitted and r.rejection.reason == "TypeMismatch"
+        # Nothing was installed by the rejected requests.
+        assert broker.stub.ListSubscriptions(bpb.ListSubscriptionsRequest(), timeout=5).subscriptions == []
+    finally:
+        sink.close()
+
+
+def test_broker_restart_recovers_state_while_routers_keep_forwarding(cloud) -> None:  # type: ignore[no-untyped-def]
+    broker, routers = cloud
+    sink = Sink()
+    pub_id, var = register(broker, sink)
+    assert subscribe(broker).admitted
+    feed = Feed(routers["e1"].port, pub_id, var)
+    try:
+        assert wait_for(lambda: len(sink.events) > 10)
+        broker.stop(signal.SIGKILL)
+        before = len(sink.events)
+        time.sleep(0.5)
+        assert len(sink.events) > before + 20  # the data plane does not need the broker
+        again = start_broker("A", broker.state)
+        try:
+            subs = again.stub.ListSubscriptions(bpb.ListSubscriptionsRequest(), timeout=5).subscriptions
+            assert [s.subscription.variable for s in subs] == ["pmu1/freq"]
+            assert [tuple(p.routers) for p in subs[0].allocations[0].paths] == [("e1", "i1", "e2")]
+            topo = again.stub.GetTopology(bpb.GetTopologyRequest(), timeout=5)
+            assert sorted(r.name for r in topo.routers) == ["e1", "e2", "i1", "i2"]
+            # The recovered broker still decides with the recovered reservations and ids.
+            assert again.stub.Unsubscribe(bpb.UnsubscribeRequest(subscription_id=subs[0].subscription.subscription_id),
+                                          timeout=5).routes_removed == 3
+            assert wait_for(lambda: routers["e1"].stub.Health(rpb.HealthRequest(), timeout=2).routes == 0)
+        finally:
+            again.stop()
+    finally:
+        feed.stop()
+        sink.close()

@@ -18,6 +18,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "up": ("gridstat.demo.main", "run the embedded example utility (or a topology file) on 127.0.0.1"),
     "demo": ("gridstat.demo.main", "alias of 'up'"),
     "router": ("gridstat.router.main", "run one status router process"),
+    "broker": ("gridstat.broker.main", "run a leaf QoS broker"),
     "bench": ("gridstat.bench.main", "benchmarks: 'gridstat bench router', 'gridstat bench tables'"),
     "sub": ("gridstat.cli.sub", "subscriptions on the QoS broker: 'gridstat sub add|list|rm'"),
     "topology": ("gridstat.cli.topology", "the QoS broker's topology: 'gridstat topology show'"),

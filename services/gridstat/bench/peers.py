@@ -315,21 +315,8 @@ def run_sub(args: argparse.Namespace) -> int:
     return 0
 
 
-# -- router (fallback launcher) -------------------------------------------------
-
-def run_router(argv: list[str]) -> int:
-    """Run ``gridstat.router.main`` without the CLI (used when the CLI cannot import a sibling module)."""
-    from gridstat.router import main as router_main
-
-    p = argparse.ArgumentParser(prog="gridstat router")
-    router_main.add_arguments(p)
-    return router_main.run(p.parse_args(argv))
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] == "router":
-        return run_router(argv[1:])
     p = argparse.ArgumentParser(prog="gridstat.bench.peers")
     p.add_argument("role", choices=["pub", "sub"])
     p.add_argument("--sender-id", type=int, default=900_001)

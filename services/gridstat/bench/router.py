@@ -30,7 +30,6 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from importlib.util import find_spec
 from statistics import median
 from typing import Any
 
@@ -197,20 +196,11 @@ class _LineProc:
 
 
 def router_command() -> tuple[list[str], str]:
-    """``python -m gridstat.cli.main router`` when the CLI imports cleanly, else the same router main directly."""
+    """``python -m gridstat.cli.main router``, or GRIDSTAT_BENCH_ROUTER_CMD to measure a patched router."""
     override = os.environ.get("GRIDSTAT_BENCH_ROUTER_CMD")
-    if override:  # e.g. a patched router, to measure a hot-path change before proposing it
+    if override:
         return override.split(), f"`{override}` (GRIDSTAT_BENCH_ROUTER_CMD)"
-    cli = [sys.executable, "-m", "gridstat.cli.main", "router"]
-    try:
-        from gridstat.cli.main import SUBCOMMANDS
-        ok = all(find_spec(module) is not None for module, _ in SUBCOMMANDS.values())
-    except (ImportError, ValueError):
-        ok = False
-    if ok:
-        return cli, "gridstat.cli.main router"
-    return [sys.executable, "-m", "gridstat.bench.peers", "router"], (
-        "gridstat.router.main via gridstat.bench.peers (the CLI could not import all its subcommand modules)")
+    return [sys.executable, "-m", "gridstat.cli.main", "router"], "gridstat.cli.main router"
 
 
 @dataclass

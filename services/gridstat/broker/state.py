@@ -100,6 +100,24 @@ class SubscriptionRecord:
     #: (mode, paths) for every mode of ``qos``, in the same order.
     paths: tuple[tuple[int, tuple[Path, ...]], ...]
     version: int
+    #: Inter-cloud segments (3.1): the last hop leaves on this router channel to a foreign border
+    #: router instead of a subscriber channel ("" = deliver to ``subscriber``).
+    exit_channel: str = ""
+    segment: bool = False
+
+
+@dataclass(frozen=True)
+class ForeignChannel:
+    """An inter-cloud event channel at one of this cloud's border routers."""
+
+    border_router: str
+    foreign_router: str
+    foreign_cloud: str
+    foreign_id: int
+    host: str
+    port: int
+    bandwidth_bps: float
+    latency_ms: float
 
 
 @dataclass(frozen=True)
@@ -133,6 +151,7 @@ class CloudState:
     clients: dict[tuple[str, str], Client] = field(default_factory=dict)
     subscriptions: dict[str, SubscriptionRecord] = field(default_factory=dict)
     down: set[str] = field(default_factory=set)
+    foreign: dict[tuple[str, str], ForeignChannel] = field(default_factory=dict)
     forwarding_ms: float = 1.0
     next_client_id: int = FIRST_CLIENT_ID
     next_subscription: int = 1
@@ -190,6 +209,18 @@ class CloudState:
     def admit(self, subscription_id: str, subscriber: str, var: StatusVariable, qos: Iterable[ModeQoS],
               edge_router: str) -> SubscriptionRecord:
         """Plan every mode, then reserve all of them; a rejection in any mode reserves nothing."""
+        for rec in self.subscriptions.values():
+            if rec.subscriber == subscriber and rec.variable == var.full_name and not rec.segment:
+                raise DuplicateName(f"{subscriber!r} already subscribes to {var.full_name!r} "
+                                    f"({rec.subscription_id}); change it instead", field="variable")
+        publisher = self.client("publisher", var.publisher)
+        return self.admit_path(subscription_id, subscriber, var.full_name, var.variable_id,
+                               var.effective_interval_ms, var.alert, qos, publisher.edge_router, edge_router)
+
+    def admit_path(self, subscription_id: str, subscriber: str, variable: str, variable_id: int,
+                   pub_interval_ms: int, alert: bool, qos: Iterable[ModeQoS], from_router: str, to_router: str,
+                   *, exit_channel: str = "", segment: bool = False) -> SubscriptionRecord:
+        """Admit paths from ``from_router`` to ``to_router`` (a subscription, or an inter-cloud segment)."""
         qos = tuple(qos)
         if not qos:
             raise ValidationError("a subscription needs QoS for at least one mode", field="qos")
@@ -197,21 +228,20 @@ class CloudState:
             raise ValidationError("a mode appears twice in the subscription's QoS", field="qos.mode")
         if subscription_id in self.subscriptions:
             raise DuplicateName(f"subscription {subscription_id!r} exists", field="subscription_id")
-        for rec in self.subscriptions.values():
-            if rec.subscriber == subscriber and rec.variable == var.full_name:
-                raise DuplicateName(f"{subscriber!r} already subscribes to {var.full_name!r} "
-                                    f"({rec.subscription_id}); change it instead", field="variable")
-        publisher = self.client("publisher", var.publisher)
+        if exit_channel and (to_router, exit_channel) not in self.foreign:
+            raise NotFound(f"border router {to_router!r} has no inter-cloud channel to {exit_channel!r}",
+                           field="next_channel")
+        label = f"{to_router}.{exit_channel}" if exit_channel else subscriber
         planned: list[tuple[ModeQoS, alloc.Allocation]] = []
         for q in qos:
-            request = self._request(subscription_id, subscriber, var, q, publisher.edge_router, edge_router)
-            allowed = self.allowed(q.mode, var.variable_id, publisher.edge_router, edge_router, q.redundancy)
+            request = self._request(subscription_id, label, variable_id, pub_interval_ms, q, from_router, to_router)
+            allowed = self.allowed(q.mode, variable_id, from_router, to_router, q.redundancy)
             planned.append((q, alloc.plan_subscription(self.topology, self.reservations(q.mode), request,
                                                        forwarding_ms=self.forwarding_ms, allowed=allowed)))
         self.version += 1
         record = SubscriptionRecord(
-            subscription_id, subscriber, var.full_name, var.variable_id, var.effective_interval_ms, var.alert,
-            edge_router, publisher.edge_router, qos, tuple((q.mode, a.paths) for q, a in planned), self.version)
+            subscription_id, subscriber, variable, variable_id, pub_interval_ms, alert, to_router, from_router, qos,
+            tuple((q.mode, a.paths) for q, a in planned), self.version, exit_channel, segment)
         committed: list[int] = []
         try:
             for q, a in planned:
@@ -226,10 +256,10 @@ class CloudState:
 
     def restore(self, record: SubscriptionRecord) -> None:
         """Re-reserve a stored subscription on its stored paths (broker restart)."""
-        var = self.registry.by_id(record.variable_id)
+        label = f"{record.edge_router}.{record.exit_channel}" if record.exit_channel else record.subscriber
         for q, (mode, paths) in zip(record.qos, record.paths, strict=True):
-            request = self._request(record.subscription_id, record.subscriber, var, q, record.publisher_router,
-                                    record.edge_router)
+            request = self._request(record.subscription_id, label, record.variable_id, record.pub_interval_ms, q,
+                                    record.publisher_router, record.edge_router)
             a = alloc.allocation_for_paths(self.topology, self.reservations(mode), request, paths)
             alloc.commit(self.reservations(mode), a)
         self._index(record, +1)
@@ -244,11 +274,10 @@ class CloudState:
         self._index(record, -1)
         return record
 
-    def _request(self, sid: str, subscriber: str, var: StatusVariable, q: ModeQoS, pub_router: str,
-                 sub_router: str) -> alloc.SubscriptionRequest:
-        return alloc.SubscriptionRequest(sid, var.variable_id, pub_router, sub_router, subscriber,
-                                         var.effective_interval_ms, q.interval_ms, q.latency_ms, q.redundancy,
-                                         q.priority)
+    def _request(self, sid: str, subscriber: str, variable_id: int, pub_interval_ms: int, q: ModeQoS,
+                 pub_router: str, sub_router: str) -> alloc.SubscriptionRequest:
+        return alloc.SubscriptionRequest(sid, variable_id, pub_router, sub_router, subscriber, pub_interval_ms,
+                                         q.interval_ms, q.latency_ms, q.redundancy, q.priority)
 
     def _index(self, record: SubscriptionRecord, sign: int) -> None:
         for mode, paths in record.paths:
@@ -284,6 +313,9 @@ class CloudState:
         for c in self.clients.values():
             if c.edge_router == router:
                 out[c.channel] = DesiredChannel(c.channel, c.client_id, c.kind, c.host, c.port)
+        for f in self.foreign.values():
+            if f.border_router == router:
+                out[f.foreign_router] = DesiredChannel(f.foreign_router, f.foreign_id, "router", f.host, f.port)
         return sorted(out.values(), key=lambda d: d.name)
 
     def desired_routes(self, router: str) -> list[DesiredRoute]:
@@ -295,7 +327,7 @@ class CloudState:
     def routes_of(self, record: SubscriptionRecord) -> list[tuple[str, DesiredRoute]]:
         """(router, route) pairs of a subscription: one per router per path per mode."""
         out: list[tuple[str, DesiredRoute]] = []
-        last = SUBSCRIBER_CHANNEL_PREFIX + record.subscriber
+        last = record.exit_channel or SUBSCRIBER_CHANNEL_PREFIX + record.subscriber
         for q, (mode, paths) in zip(record.qos, record.paths, strict=True):
             interval = max(record.pub_interval_ms, q.interval_ms // record.pub_interval_ms * record.pub_interval_ms)
             for index, path in enumerate(paths):

@@ -8,18 +8,24 @@ QoS-violation callback, plus snapshot groups of in-phase variables. Variable ids
 
 from gridstat.client.holders import Holder, Violation
 from gridstat.client.publisher import AlertTooEarly, PublicationHandle, Publisher
+from gridstat.client.session import EdgeSession, ModeQoS, Offer, SubscribeResult, SubscriptionRejected
 from gridstat.client.snapshot import Snapshot, SnapshotGroup
 from gridstat.client.subscriber import Subscriber
 from gridstat.client.subscription import Subscription
 
 __all__ = [
     "AlertTooEarly",
+    "EdgeSession",
     "Holder",
+    "ModeQoS",
+    "Offer",
     "PublicationHandle",
     "Publisher",
     "Snapshot",
     "SnapshotGroup",
+    "SubscribeResult",
     "Subscriber",
     "Subscription",
+    "SubscriptionRejected",
     "Violation",
 ]

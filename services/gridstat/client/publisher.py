@@ -20,8 +20,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from gridstat.core import clock, wire
-from gridstat.core.model import StatusVariable, check_name
+from gridstat.core.model import PRIORITY_HIGH, StatusVariable, TypeSpec, check_name
+from gridstat.core.tls import TlsFiles
 from gridstat.errors import GridStatError, ValidationError
+
+from .session import EdgeSession
 
 
 class AlertTooEarly(GridStatError):
@@ -92,6 +95,41 @@ class Publisher:
         self._sock: socket.socket | None = None
         self._state = "new"  # new -> started -> stopped
         self._stopping = asyncio.Event()
+        #: The management-plane session of a publisher made by ``connect`` (None when built directly).
+        self.session: EdgeSession | None = None
+        self._owns_session = False
+
+    @classmethod
+    async def connect(cls, name: str, edge_control: str, *, tls: TlsFiles | None = None, first_time: bool = True,
+                      mtu: int = wire.DEFAULT_MTU, session: EdgeSession | None = None) -> Publisher:
+        """Register with the leaf broker through the edge router at ``edge_control`` (its control
+        port, ``host:port``), learn the client id and the edge's event address, and start.
+        ``first_time=True`` (after a crash) drops what the broker held for this publisher (3.7)."""
+        check_name(name, what="publisher")
+        owns = session is None
+        sess = EdgeSession(edge_control, tls=tls) if session is None else session
+        try:
+            client_id, event_address = await sess.register_publisher(name, first_time=first_time)
+            pub = cls(name, client_id, event_address, mtu=mtu)
+        except BaseException:
+            if owns:
+                await sess.close()
+            raise
+        pub.session = sess
+        pub._owns_session = owns
+        await pub.start()
+        return pub
+
+    async def register(self, variable: str, type: TypeSpec, interval_ms: int, *, priority: int = PRIORITY_HIGH,
+                       alert: bool = False, min_interval_ms: int = 0, first_time: bool = True) -> PublicationHandle:
+        """Register ``name/variable`` with the leaf broker (through the edge router) and return its
+        handle, carrying the variable id the broker assigned. Needs a publisher made by ``connect``."""
+        if self.session is None:
+            raise ValidationError(f"publisher {self.name} has no edge session; use Publisher.connect",
+                                  field="session")
+        var = await self.session.register_publication(self.name, variable, type, interval_ms, priority, alert,
+                                                      min_interval_ms, first_time=first_time)
+        return self.variable(var)
 
     async def start(self) -> None:
         if self._state != "new":
@@ -107,6 +145,9 @@ class Publisher:
             self._sock.close()
         self._state = "stopped"
         self._stopping.set()
+        if self.session is not None and self._owns_session:
+            self._owns_session = False
+            await self.session.close()
 
     async def __aenter__(self) -> Publisher:
         await self.start()

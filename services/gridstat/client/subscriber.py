@@ -22,9 +22,11 @@ from typing import Any
 
 from gridstat.core import clock, wire
 from gridstat.core.aio import create_guarded_task
-from gridstat.core.model import StatusVariable, check_name
-from gridstat.errors import DuplicateName, ValidationError
+from gridstat.core.model import PRIORITY_HIGH, StatusVariable, TypeSpec, check_name, split_variable_name
+from gridstat.core.tls import TlsFiles
+from gridstat.errors import DuplicateName, GridStatError, ValidationError
 
+from .session import EdgeSession, ModeQoS
 from .snapshot import SnapshotCallback, SnapshotGroup
 from .subscription import EventCallback, Subscription, ViolationCallback
 
@@ -63,6 +65,71 @@ class Subscriber:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._monitor: asyncio.Task[None] | None = None
         self._state = "new"  # new -> started -> stopped
+        #: The management-plane session of a subscriber made by ``connect`` (None when built directly).
+        self.session: EdgeSession | None = None
+        self._owns_session = False
+        #: Broker subscription id of each remote subscription, by variable id.
+        self._remote_ids: dict[int, str] = {}
+
+    @classmethod
+    async def connect(cls, name: str, edge_control: str, *, tls: TlsFiles | None = None, first_time: bool = True,
+                      host: str = "127.0.0.1", port: int = 0, session: EdgeSession | None = None,
+                      **kwargs: Any) -> Subscriber:
+        """Start the UDP socket and register its address with the leaf broker through the edge router
+        at ``edge_control`` (``host:port`` of its control port); the broker's client id becomes
+        ``subscriber_id``. ``first_time=True`` (after a crash) drops what the broker held (3.7)."""
+        sub = cls(name, 1, host, port, **kwargs)  # id 1 until the broker assigns one
+        owns = session is None
+        sess = EdgeSession(edge_control, tls=tls) if session is None else session
+        sub.session = sess
+        sub._owns_session = owns
+        try:
+            await sub.start()
+            client_id = await sess.register_subscriber(name, sub.address, first_time=first_time)
+            if not 1 <= client_id <= 0xFFFF_FFFF:
+                raise ValidationError(f"broker assigned subscriber id {client_id} outside 1..2**32-1",
+                                      field="subscriber_id")
+            sub.subscriber_id = client_id
+        except BaseException:
+            await sub.stop()
+            raise
+        return sub
+
+    async def subscribe_remote(self, variable_full_name: str, type: TypeSpec, *, interval_ms: int, latency_ms: int,
+                               redundancy: int = 1, priority: int = PRIORITY_HIGH, mode: int = 0,
+                               on_event: EventCallback | None = None, on_violation: ViolationCallback | None = None,
+                               extrapolate: Callable[..., Any] | None = None) -> Subscription:
+        """Subscribe through the edge router (the broker admits it and installs the routes), then
+        subscribe locally with the variable id and publication interval of the reply. Raises
+        ``SubscriptionRejected`` (``reason``, ``offer``) when the broker refuses."""
+        if self.session is None:
+            raise ValidationError(f"subscriber {self.name} has no edge session; use Subscriber.connect",
+                                  field="session")
+        publisher, name = split_variable_name(variable_full_name)
+        result = await self.session.subscribe(self.name, variable_full_name, type,
+                                              [ModeQoS(mode, interval_ms, latency_ms, redundancy, priority)])
+        try:
+            if result.pub_interval_ms:
+                var = StatusVariable(publisher, name, type, result.pub_interval_ms, priority,
+                                     variable_id=result.variable_id)
+            else:  # an alert variable: aperiodic, no publication interval
+                var = StatusVariable(publisher, name, type, 0, priority, alert=True,
+                                     min_interval_ms=max(1, interval_ms), variable_id=result.variable_id)
+            sub = self.subscribe(var, interval_ms=interval_ms, latency_ms=latency_ms, on_event=on_event,
+                                 on_violation=on_violation, extrapolate=extrapolate)
+        except GridStatError:
+            with contextlib.suppress(GridStatError):
+                await self.session.unsubscribe(result.subscription_id)
+            raise
+        self._remote_ids[var.variable_id] = result.subscription_id
+        return sub
+
+    async def unsubscribe_remote(self, sub: Subscription) -> None:
+        """Remove a subscription made by ``subscribe_remote`` at the broker, then locally."""
+        sid = self._remote_ids.pop(sub.variable.variable_id, None)
+        if sid is not None and self.session is not None:
+            await self.session.unsubscribe(sid)
+        self._forget(sub)
 
     # -- lifecycle ----------------------------------------------------------------------------------
     @property
@@ -88,6 +155,9 @@ class Subscriber:
         self._monitor = create_guarded_task(self._watch(), name=f"{self.name}-qos-monitor")
 
     async def stop(self) -> None:
+        if self.session is not None and self._owns_session:
+            self._owns_session = False
+            await self.session.close()
         if self._state != "started":
             self._state = "stopped"
             return

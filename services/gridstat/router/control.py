@@ -177,14 +177,17 @@ class RouterControlServicer(pb_grpc.RouterControlServicer):
             self.router.link_listeners.remove(listener)
 
 
-async def serve(router: StatusRouter, host: str, port: int,
-                tls: TlsFiles | None = None) -> tuple[grpc.aio.Server, int]:
+async def serve(router: StatusRouter, host: str, port: int, tls: TlsFiles | None = None,
+                add_services: Callable[[grpc.aio.Server], None] | None = None) -> tuple[grpc.aio.Server, int]:
     """Start the control server on ``host:port`` (0 = any free port); returns it and its port.
 
-    With ``tls`` it serves TLS only (mutual TLS when ``tls.ca`` is set).
+    With ``tls`` it serves TLS only (mutual TLS when ``tls.ca`` is set). ``add_services`` may add
+    more servicers to the same server before it starts (the edge router's ``EdgeProxy``).
     """
     server = grpc.aio.server()
     pb_grpc.add_RouterControlServicer_to_server(RouterControlServicer(router), server)  # type: ignore[no-untyped-call]
+    if add_services is not None:
+        add_services(server)
     if tls is None:
         bound = server.add_insecure_port(f"{host}:{port}")
     else:

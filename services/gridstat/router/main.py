@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import signal
 import sys
@@ -19,6 +20,7 @@ from gridstat.core.tls import TlsFiles
 from gridstat.errors import ValidationError
 from gridstat.router.control import serve
 from gridstat.router.process import Role, RouterConfig, StatusRouter
+from gridstat.router.proxy import DEFAULT_DEADLINE_S, EdgeProxyServicer, add_to_server
 from gridstat.router.tables import Variant
 
 
@@ -40,6 +42,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tls-cert", default="", help="PEM certificate: serve the control API over TLS only")
     p.add_argument("--tls-key", default="", help="PEM private key of --tls-cert")
     p.add_argument("--tls-client-ca", default="", help="PEM CA: require client certificates it signed (mTLS)")
+    p.add_argument("--broker", default="", metavar="HOST:PORT",
+                   help="edge routers: the leaf QoS broker; serve the EdgeProxy for publishers and subscribers "
+                        "on the control port")
+    p.add_argument("--broker-deadline-ms", type=int, default=int(DEFAULT_DEADLINE_S * 1000),
+                   help="deadline of each call relayed to the broker")
+    p.add_argument("--broker-tls-ca", default="", help="PEM CA of the broker's certificate: TLS to the broker")
+    p.add_argument("--broker-tls-cert", default="", help="PEM client certificate towards the broker (mTLS)")
+    p.add_argument("--broker-tls-key", default="", help="PEM private key of --broker-tls-cert")
     p.add_argument("--exit-with-parent", action="store_true",
                    help="stop when the parent process dies (for supervisors such as 'gridstat up')")
     p.add_argument("--no-uvloop", action="store_true", help="use the default asyncio loop")
@@ -60,17 +70,41 @@ async def _run(args: argparse.Namespace) -> None:
         tls = TlsFiles(args.tls_cert, args.tls_key, args.tls_client_ca)
     elif args.tls_client_ca:
         raise ValidationError("--tls-client-ca needs --tls-cert and --tls-key", field="tls_cert")
+    proxy = _proxy(args, config)
     router = StatusRouter(config)
     await router.start()
-    server, control_port = await serve(router, args.host, args.control_port, tls)
+    add_services = None if proxy is None else (lambda server: add_to_server(proxy, server))
+    server, control_port = await serve(router, args.host, args.control_port, tls, add_services)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    # Everything allocated so far lives as long as the router: keep it out of the collector's
+    # generations so that a full collection does not stall forwarding for milliseconds.
+    gc.freeze()
     print(f"READY name={config.name} port={router.address[1]} control_port={control_port}", flush=True)
     await stop.wait()
     await server.stop(grace=0.5)
+    if proxy is not None:
+        await proxy.close()
     await router.stop()
+
+
+def _proxy(args: argparse.Namespace, config: RouterConfig) -> EdgeProxyServicer | None:
+    """The EdgeProxy of an edge router started with ``--broker``; None without it."""
+    broker_tls = (args.broker_tls_ca, args.broker_tls_cert, args.broker_tls_key)
+    if not args.broker:
+        if any(broker_tls):
+            raise ValidationError("--broker-tls-* need --broker", field="broker")
+        return None
+    if config.role is not Role.EDGE:
+        raise ValidationError(f"--broker is for edge routers (--role edge), not {config.role.value}", field="broker")
+    if bool(args.broker_tls_cert) != bool(args.broker_tls_key):
+        raise ValidationError("--broker-tls-cert and --broker-tls-key go together", field="broker_tls_key")
+    tls = TlsFiles(args.broker_tls_cert, args.broker_tls_key, args.broker_tls_ca) if any(broker_tls) else None
+    if args.broker_deadline_ms <= 0:
+        raise ValidationError("--broker-deadline-ms must be positive", field="broker_deadline_ms")
+    return EdgeProxyServicer(config.name, args.broker, tls=tls, deadline_s=args.broker_deadline_ms / 1000)
 
 
 def run(args: argparse.Namespace) -> int:

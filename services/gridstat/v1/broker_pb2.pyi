@@ -874,6 +874,8 @@ class InterCloudChannel(_message.Message):
     ROUTER_B_FIELD_NUMBER: _builtins.int
     BANDWIDTH_BPS_FIELD_NUMBER: _builtins.int
     LATENCY_MS_FIELD_NUMBER: _builtins.int
+    ROUTER_B_EVENT_ADDRESS_FIELD_NUMBER: _builtins.int
+    ROUTER_B_ID_FIELD_NUMBER: _builtins.int
     cloud_a: _builtins.str
     router_a: _builtins.str
     """a border router of cloud_a"""
@@ -881,6 +883,11 @@ class InterCloudChannel(_message.Message):
     router_b: _builtins.str
     bandwidth_bps: _builtins.int
     latency_ms: _builtins.float
+    router_b_event_address: _builtins.str
+    """Set when a leaf broker is told of one of its border routers' inter-cloud channels: the
+    foreign border router's event address and router id, so the leaf opens the channel.
+    """
+    router_b_id: _builtins.int
     def __init__(
         self,
         *,
@@ -890,10 +897,12 @@ class InterCloudChannel(_message.Message):
         router_b: _builtins.str = ...,
         bandwidth_bps: _builtins.int = ...,
         latency_ms: _builtins.float = ...,
+        router_b_event_address: _builtins.str = ...,
+        router_b_id: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bandwidth_bps", b"bandwidth_bps", "cloud_a", b"cloud_a", "cloud_b", b"cloud_b", "latency_ms", b"latency_ms", "router_a", b"router_a", "router_b", b"router_b"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bandwidth_bps", b"bandwidth_bps", "cloud_a", b"cloud_a", "cloud_b", b"cloud_b", "latency_ms", b"latency_ms", "router_a", b"router_a", "router_b", b"router_b", "router_b_event_address", b"router_b_event_address", "router_b_id", b"router_b_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,0 +1,349 @@
+"""A client's management-plane session: commands to its edge router's ``EdgeProxy`` (issue 3 point 4).
+
+Publishers and subscribers talk only to their edge router, which proxies each command to the
+cloud's leaf QoS broker (dissertation 1, 3.2.4): ``registerPublisher`` / ``registerSubscriber``,
+publications, subscriptions. ``first_time=True`` after a crash tells the broker to drop what the
+client held before (3.7). gRPC errors become :class:`~gridstat.errors.GridStatError` with the
+``gridstat-reason`` of the trailing metadata; a refused subscription raises
+:class:`SubscriptionRejected` with the broker's :class:`Offer`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import grpc
+
+from gridstat.core import protoconv
+from gridstat.core.model import (
+    PRIORITY_HIGH,
+    StatusVariable,
+    TypeSpec,
+    check_name,
+    split_variable_name,
+)
+from gridstat.core.protoconv import type_to_pb
+from gridstat.core.tls import TlsFiles
+from gridstat.errors import (
+    ChannelUnavailable,
+    DuplicateName,
+    GridStatError,
+    NotFound,
+    TypeMismatch,
+    UnknownVariable,
+    ValidationError,
+)
+from gridstat.v1 import broker_pb2 as bpb
+from gridstat.v1 import edge_pb2_grpc as epb_grpc
+
+REASON_KEY = "gridstat-reason"
+FIELD_KEY = "gridstat-field"
+
+#: Reasons of a refused subscription (broker admission control and its checks before it).
+REJECTION_REASONS = frozenset({
+    "AdmissionRejected", "NoFeasiblePath", "LatencyUnattainable", "CapacityExceeded", "UnknownVariable",
+    "TypeMismatch", "Unauthorized", "PermissionDenied",
+})
+
+
+_ERRORS_BY_REASON: dict[str, type[GridStatError]] = {
+    "UnknownVariable": UnknownVariable,
+    "TypeMismatch": TypeMismatch,
+    "AlreadyExists": DuplicateName,
+    "NotFound": NotFound,
+    "InvalidArgument": ValidationError,
+}
+
+_CHANNEL_OPTIONS = (
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 2000),
+    ("grpc.keepalive_time_ms", 30_000),
+)
+
+
+# -- values ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Offer:
+    """What the broker could grant instead of a refused subscription; None where it does not apply."""
+
+    best_latency_ms: float | None = None
+    max_redundancy: int | None = None
+    min_interval_ms: int | None = None
+
+
+class SubscriptionRejected(GridStatError):
+    """The leaf broker refused a subscription; ``reason`` says why and ``offer`` what it could do."""
+
+    reason = "AdmissionRejected"
+
+    def __init__(self, message: str, *, reason: str | None = None, field: str | None = None,
+                 offer: Offer | None = None) -> None:
+        super().__init__(message, reason=reason or None, field=field or None)
+        self.offer = offer if offer is not None else Offer()
+
+
+class ModeQoS(NamedTuple):
+    """A subscription's QoS in one mode; a plain ``(mode, interval, latency, redundancy, priority)`` tuple works."""
+
+    mode: int
+    interval_ms: int
+    latency_ms: int
+    redundancy: int = 1
+    priority: int = PRIORITY_HIGH
+
+
+@dataclass(frozen=True)
+class PathInfo:
+    routers: tuple[str, ...]  # the publisher's edge router first
+    latency_ms: float
+    redundant_index: int
+
+
+@dataclass(frozen=True)
+class SubscribeResult:
+    """An admitted subscription as the broker holds it."""
+
+    admitted: bool
+    subscription_id: str
+    subscriber: str
+    variable: str
+    variable_id: int
+    pub_interval_ms: int
+    qos: tuple[ModeQoS, ...] = ()
+    #: Paths per mode.
+    paths: dict[int, tuple[PathInfo, ...]] = field(default_factory=dict)
+    edge_router: str = ""
+    cloud: str = ""
+
+
+# -- conversions ------------------------------------------------------------------------------------
+def type_from_pb(m: bpb.ValueType) -> TypeSpec:
+    """The TypeSpec of a reply's type; a reply always names one."""
+    t = protoconv.type_from_pb(m)
+    if t is None:
+        raise ValidationError("the broker's reply names no value type", field="type.kind")
+    return t
+
+
+def variable_from_pb(p: bpb.Publication) -> StatusVariable:
+    return StatusVariable(p.publisher, p.variable, type_from_pb(p.type), p.interval_ms, p.priority, p.alert,
+                          p.min_interval_ms, variable_id=p.variable_id)
+
+
+def qos_to_pb(q: ModeQoS) -> bpb.ModeQoS:
+    return bpb.ModeQoS(mode=q.mode, interval_ms=q.interval_ms, latency_ms=q.latency_ms, redundancy=q.redundancy,
+                       priority=q.priority)
+
+
+def offer_from_pb(o: bpb.Offer) -> Offer:
+    return Offer(best_latency_ms=o.best_latency_ms if o.HasField("best_latency_ms") else None,
+                 max_redundancy=o.max_redundancy if o.HasField("max_redundancy") else None,
+                 min_interval_ms=o.min_interval_ms if o.HasField("min_interval_ms") else None)
+
+
+def rejection_error(r: bpb.Rejection, variable: str = "") -> SubscriptionRejected:
+    what = f"subscription to {variable!r} refused" if variable else "subscription refused"
+    return SubscriptionRejected(f"{what}: {r.message or r.reason or 'no reason given'}",
+                                reason=r.reason or None, field=r.field or None, offer=offer_from_pb(r.offer))
+
+
+def result_from_pb(reply: bpb.SubscribeReply) -> SubscribeResult:
+    """An admitted reply as a :class:`SubscribeResult`; a refusal raises :class:`SubscriptionRejected`."""
+    sub = reply.subscription
+    if not reply.admitted:
+        raise rejection_error(reply.rejection, sub.variable)
+    return SubscribeResult(
+        admitted=True, subscription_id=sub.subscription_id, subscriber=sub.subscriber, variable=sub.variable,
+        variable_id=reply.variable_id, pub_interval_ms=reply.pub_interval_ms,
+        qos=tuple(ModeQoS(q.mode, q.interval_ms, q.latency_ms, q.redundancy, q.priority) for q in sub.qos),
+        paths={a.mode: tuple(PathInfo(tuple(p.routers), p.latency_ms, p.redundant_index) for p in a.paths)
+               for a in reply.allocations},
+        edge_router=sub.edge_router, cloud=sub.cloud)
+
+
+def _metadata(exc: grpc.aio.AioRpcError) -> dict[str, str]:
+    md = exc.trailing_metadata() or ()
+    return {str(k): v for k, v in md if isinstance(v, str)}
+
+
+def _strip_reason(details: str, reason: str) -> str:
+    """``GridStatError.__str__`` prefixes the reason; do not repeat it."""
+    prefix = f"{reason}: "
+    return details[len(prefix):] if reason and details.startswith(prefix) else details
+
+
+def error_from_rpc(exc: grpc.aio.AioRpcError, *, subscribing: bool = False) -> GridStatError:
+    """A gRPC error as a GridStatError: the reason from ``gridstat-reason``, retriable for UNAVAILABLE."""
+    md = _metadata(exc)
+    code = exc.code()
+    reason = md.get(REASON_KEY, "")
+    fld = md.get(FIELD_KEY) or None
+    details = _strip_reason(exc.details() or "", reason)
+    if code is grpc.StatusCode.UNAVAILABLE:
+        err: GridStatError = ChannelUnavailable(details or "edge router unavailable", reason=reason or None,
+                                                field=fld)
+        return err
+    if subscribing and reason in REJECTION_REASONS:
+        return SubscriptionRejected(details, reason=reason, field=fld)
+    if code is grpc.StatusCode.PERMISSION_DENIED or code is grpc.StatusCode.UNAUTHENTICATED:
+        return GridStatError(details, reason=reason or "Unauthorized", field=fld)
+    cls = _ERRORS_BY_REASON.get(reason)
+    if cls is not None:
+        return cls(details, field=fld)
+    if not reason:
+        reason = "".join(w.capitalize() for w in code.name.split("_"))
+    return GridStatError(details, reason=reason, field=fld)
+
+
+def _credentials(tls: TlsFiles) -> grpc.ChannelCredentials:
+    if tls.cert and tls.key:
+        return tls.channel_credentials()
+    if tls.cert or tls.key:
+        raise ValidationError("TLS certificate and key go together", field="tls")
+    root = None
+    if tls.ca:
+        try:
+            root = Path(tls.ca).read_bytes()
+        except OSError as exc:
+            raise ValidationError(f"cannot read tls_ca {tls.ca!r}: {exc.strerror}", field="tls_ca") from exc
+    return grpc.ssl_channel_credentials(root_certificates=root)
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValidationError(f"address {address!r} must be HOST:PORT", field="edge_control")
+    return host.strip("[]"), int(port)
+
+
+# -- the session ------------------------------------------------------------------------------------
+class EdgeSession:
+    """The client side of an edge router's ``EdgeProxy``: one gRPC channel, reconnecting with backoff.
+
+    Create it inside a running event loop; ``close()`` (or ``async with``) releases the channel.
+    A call that cannot reach the edge router (UNAVAILABLE without a ``gridstat-reason``) is retried
+    ``attempts`` times with exponential backoff; every other error is raised at once.
+    """
+
+    def __init__(self, edge_control: str, *, tls: TlsFiles | None = None, timeout_s: float = 20.0,
+                 attempts: int = 3, backoff_base_s: float = 0.1) -> None:
+        self.edge_control = edge_control
+        self.edge_host, self.edge_port = parse_address(edge_control)
+        self.timeout_s = timeout_s
+        self.attempts = max(1, attempts)
+        self.backoff_base_s = backoff_base_s
+        if tls is None:
+            self._channel = grpc.aio.insecure_channel(edge_control, options=_CHANNEL_OPTIONS)
+        else:
+            self._channel = grpc.aio.secure_channel(edge_control, _credentials(tls), options=_CHANNEL_OPTIONS)
+        self._stub = epb_grpc.EdgeProxyStub(self._channel)  # type: ignore[no-untyped-call]
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    async def __aenter__(self) -> EdgeSession:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def _call(self, method: str, request: Any, *, subscribing: bool = False) -> Any:
+        call: Callable[..., Awaitable[Any]] = getattr(self._stub, method)
+        for attempt in range(1, self.attempts + 1):
+            try:
+                return await call(request, timeout=self.timeout_s)
+            except grpc.aio.AioRpcError as exc:
+                transport = exc.code() is grpc.StatusCode.UNAVAILABLE and REASON_KEY not in _metadata(exc)
+                if transport and attempt < self.attempts:
+                    await asyncio.sleep(self.backoff_base_s * 2 ** (attempt - 1) * (0.5 + random.random()))
+                    continue
+                raise error_from_rpc(exc, subscribing=subscribing) from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    # -- clients ----------------------------------------------------------------------------------
+    async def register_publisher(self, name: str, first_time: bool = True) -> tuple[int, tuple[str, int]]:
+        """Register a publisher; returns its client id (the sender id of its datagrams) and the
+        edge router's event address it must send to."""
+        check_name(name, what="publisher")
+        reply: bpb.RegisterClientReply = await self._call("RegisterClient", bpb.RegisterClientRequest(
+            name=name, kind=bpb.CLIENT_KIND_PUBLISHER, first_time=first_time))
+        return reply.client_id, (reply.event_host or self.edge_host, reply.event_port)
+
+    async def register_subscriber(self, name: str, address: tuple[str, int], first_time: bool = True) -> int:
+        """Register a subscriber whose events go to ``address`` (its UDP socket); returns its client id."""
+        check_name(name, what="subscriber")
+        host, port = address
+        reply: bpb.RegisterClientReply = await self._call("RegisterClient", bpb.RegisterClientRequest(
+            name=name, kind=bpb.CLIENT_KIND_SUBSCRIBER, host=host, port=port, first_time=first_time))
+        return reply.client_id
+
+    async def unregister_publisher(self, name: str) -> int:
+        reply: bpb.UnregisterClientReply = await self._call("UnregisterClient", bpb.UnregisterClientRequest(
+            name=name, kind=bpb.CLIENT_KIND_PUBLISHER))
+        return reply.removed
+
+    async def unregister_subscriber(self, name: str) -> int:
+        reply: bpb.UnregisterClientReply = await self._call("UnregisterClient", bpb.UnregisterClientRequest(
+            name=name, kind=bpb.CLIENT_KIND_SUBSCRIBER))
+        return reply.removed
+
+    # -- publications -------------------------------------------------------------------------------
+    async def register_publication(self, publisher: str, variable: str, type: TypeSpec, interval_ms: int,
+                                   priority: int = PRIORITY_HIGH, alert: bool = False, min_interval_ms: int = 0,
+                                   *, first_time: bool = True) -> StatusVariable:
+        """Register a status variable; returns it with the variable id the leaf broker assigned."""
+        # Validate locally first: the broker would refuse the same, one round trip later.
+        StatusVariable(publisher, variable, type, interval_ms, priority, alert, min_interval_ms)
+        reply: bpb.RegisterPublicationReply = await self._call("RegisterPublication", bpb.RegisterPublicationRequest(
+            publication=bpb.Publication(publisher=publisher, variable=variable, type=type_to_pb(type),
+                                        interval_ms=interval_ms, priority=priority, alert=alert,
+                                        min_interval_ms=min_interval_ms),
+            first_time=first_time))
+        p = reply.publication
+        if not p.variable:  # a broker that echoes only the id
+            return StatusVariable(publisher, variable, type, interval_ms, priority, alert, min_interval_ms,
+                                  variable_id=p.variable_id)
+        return variable_from_pb(p)
+
+    async def unregister_publication(self, publisher: str, variable: str) -> int:
+        reply: bpb.UnregisterPublicationReply = await self._call(
+            "UnregisterPublication", bpb.UnregisterPublicationRequest(publisher=publisher, variable=variable))
+        return reply.subscriptions_removed
+
+    # -- subscriptions ------------------------------------------------------------------------------
+    async def subscribe(self, subscriber: str, variable_full_name: str, type: TypeSpec,
+                        qos: Iterable[ModeQoS | Sequence[int]]) -> SubscribeResult:
+        """Subscribe; raises :class:`SubscriptionRejected` (with ``reason`` and ``offer``) when refused."""
+        check_name(subscriber, what="subscriber")
+        split_variable_name(variable_full_name)
+        modes = [q if isinstance(q, ModeQoS) else ModeQoS(*q) for q in qos]
+        if not modes:
+            raise ValidationError("a subscription needs the QoS of at least one mode", field="qos")
+        reply: bpb.SubscribeReply = await self._call("Subscribe", bpb.SubscribeRequest(
+            subscription=bpb.Subscription(subscriber=subscriber, variable=variable_full_name,
+                                          type=type_to_pb(type), qos=[qos_to_pb(q) for q in modes])),
+            subscribing=True)
+        return result_from_pb(reply)
+
+    async def change_subscription(self, subscription_id: str, qos: ModeQoS | Sequence[int]) -> SubscribeResult:
+        """Change one mode's QoS in place; the old QoS stays when the broker refuses."""
+        q = qos if isinstance(qos, ModeQoS) else ModeQoS(*qos)
+        reply: bpb.SubscribeReply = await self._call("ChangeSubscription", bpb.ChangeSubscriptionRequest(
+            subscription_id=subscription_id, qos=qos_to_pb(q)), subscribing=True)
+        return result_from_pb(reply)
+
+    async def unsubscribe(self, subscription_id: str) -> int:
+        reply: bpb.UnsubscribeReply = await self._call("Unsubscribe", bpb.UnsubscribeRequest(
+            subscription_id=subscription_id))
+        return reply.routes_removed
+
+    async def list_subscriptions(self, subscriber: str = "") -> list[SubscribeResult]:
+        reply: bpb.ListSubscriptionsReply = await self._call("ListSubscriptions", bpb.ListSubscriptionsRequest(
+            subscriber=subscriber))
+        return [result_from_pb(s) for s in reply.subscriptions if s.admitted]

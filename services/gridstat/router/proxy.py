@@ -1,0 +1,222 @@
+"""The edge router's proxy of its publishers' and subscribers' commands (edge.proto, issue 3 point 4).
+
+The edge status router is the sole proxy of end entities' commands to the management plane
+(dissertation 1, 3.2.4): a client talks only to its edge router's control port, and the
+``EdgeProxy`` service there relays each call to the cloud's leaf QoS broker (``QoSBroker`` in
+broker.proto) with the router's own name filled in (the ``edge_router`` fields). The relay has a
+deadline, retries UNAVAILABLE with exponential backoff and jitter, and passes the broker's errors
+back unchanged: status code, details and the ``gridstat-*`` trailing metadata. A broker that
+cannot be reached comes back as UNAVAILABLE with reason ``BrokerUnavailable``; the data plane
+never waits on any of this (the relay is a coroutine on the router's loop, nothing more).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from gridstat.core.tls import TlsFiles
+from gridstat.errors import ValidationError
+from gridstat.v1 import broker_pb2 as bpb
+from gridstat.v1 import broker_pb2_grpc as bpb_grpc
+from gridstat.v1 import edge_pb2_grpc as epb_grpc
+
+log = logging.getLogger(__name__)
+
+#: Trailing metadata keys passed back from the broker (and set by the proxy itself).
+REASON_KEY = "gridstat-reason"
+FIELD_KEY = "gridstat-field"
+BROKER_UNAVAILABLE = "BrokerUnavailable"
+BROKER_TIMEOUT = "BrokerTimeout"
+
+DEFAULT_DEADLINE_S = 5.0
+DEFAULT_ATTEMPTS = 3
+DEFAULT_BACKOFF_BASE_S = 0.1
+
+#: Reconnect quickly after a broker restart: the retries above are short.
+CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 2000),
+    ("grpc.keepalive_time_ms", 30_000),
+)
+
+
+def channel_credentials(tls: TlsFiles) -> grpc.ChannelCredentials:
+    """TLS towards the broker: mutual TLS with cert and key, server-authenticated TLS with a CA only."""
+    if tls.cert and tls.key:
+        return tls.channel_credentials()
+    if tls.cert or tls.key:
+        raise ValidationError("broker TLS: certificate and key go together", field="broker_tls_key")
+    root = None
+    if tls.ca:
+        try:
+            root = Path(tls.ca).read_bytes()
+        except OSError as exc:
+            raise ValidationError(f"cannot read broker_tls_ca {tls.ca!r}: {exc.strerror}",
+                                  field="broker_tls_ca") from exc
+    return grpc.ssl_channel_credentials(root_certificates=root)
+
+
+def _gridstat_metadata(exc: grpc.aio.AioRpcError) -> tuple[tuple[str, str], ...]:
+    """The broker's ``gridstat-*`` trailing metadata, in order (string values only)."""
+    md = exc.trailing_metadata() or ()
+    return tuple((str(k), str(v)) for k, v in md if str(k).startswith("gridstat-") and isinstance(v, str))
+
+
+def backoff_s(attempt: int, base_s: float, rng: random.Random | None = None) -> float:
+    """Sleep before retry ``attempt`` (1 = first retry): base * 2**(attempt-1), times 0.5..1.5 jitter."""
+    r = (rng or random).random()
+    return float(base_s * (2 ** (attempt - 1)) * (0.5 + r))
+
+
+class EdgeProxyServicer(epb_grpc.EdgeProxyServicer):
+    """Relays ``EdgeProxy`` calls to the leaf broker's ``QoSBroker`` service."""
+
+    def __init__(self, router_name: str, broker_address: str, *, tls: TlsFiles | None = None,
+                 deadline_s: float = DEFAULT_DEADLINE_S, attempts: int = DEFAULT_ATTEMPTS,
+                 backoff_base_s: float = DEFAULT_BACKOFF_BASE_S) -> None:
+        if not broker_address or ":" not in broker_address:
+            raise ValidationError(f"broker address {broker_address!r} must be HOST:PORT", field="broker")
+        if attempts < 1:
+            raise ValidationError(f"attempts must be >= 1, got {attempts}", field="attempts")
+        if deadline_s <= 0:
+            raise ValidationError(f"deadline must be positive, got {deadline_s}", field="deadline_s")
+        self.router_name = router_name
+        self.broker_address = broker_address
+        self.deadline_s = deadline_s
+        self.attempts = attempts
+        self.backoff_base_s = backoff_base_s
+        #: Relayed calls by outcome, for tests and logs.
+        self.relayed = 0
+        self.retries = 0
+        self.failed = 0
+        if tls is None:
+            self._channel = grpc.aio.insecure_channel(broker_address, options=CHANNEL_OPTIONS)
+        else:
+            self._channel = grpc.aio.secure_channel(broker_address, channel_credentials(tls),
+                                                    options=CHANNEL_OPTIONS)
+        self._stub = bpb_grpc.QoSBrokerStub(self._channel)  # type: ignore[no-untyped-call]
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    # -- the relay ---------------------------------------------------------------------------------
+    def _deadline(self, context: Any) -> float:
+        """The relay's deadline: the default, or less when the client's own deadline is sooner."""
+        remaining = None
+        try:
+            remaining = context.time_remaining()
+        except (AttributeError, RuntimeError):  # pragma: no cover - defensive
+            remaining = None
+        if remaining is not None and 0 < remaining < self.deadline_s:
+            return float(remaining)
+        return self.deadline_s
+
+    async def _relay(self, method: str, request: Any, context: Any) -> Any:
+        call: Callable[..., Awaitable[Any]] = getattr(self._stub, method)
+        last: grpc.aio.AioRpcError | None = None
+        for attempt in range(1, self.attempts + 1):
+            try:
+                reply = await call(request, timeout=self._deadline(context))
+            except grpc.aio.AioRpcError as exc:
+                last = exc
+                if exc.code() is grpc.StatusCode.UNAVAILABLE and attempt < self.attempts:
+                    self.retries += 1
+                    await asyncio.sleep(backoff_s(attempt, self.backoff_base_s))
+                    continue
+                break
+            self.relayed += 1
+            return reply
+        assert last is not None
+        self.failed += 1
+        await self._abort(method, last, context)
+        raise last  # unreachable: abort raises
+
+    async def _abort(self, method: str, exc: grpc.aio.AioRpcError, context: Any) -> None:
+        code = exc.code()
+        metadata = _gridstat_metadata(exc)
+        has_reason = any(k == REASON_KEY for k, _ in metadata)
+        details = exc.details() or ""
+        if not has_reason and code is grpc.StatusCode.UNAVAILABLE:
+            # Not the broker's answer but the transport's: the broker could not be reached.
+            log.warning("%s: broker %s unreachable for %s after %d attempts: %s", self.router_name,
+                        self.broker_address, method, self.attempts, details)
+            details = f"{BROKER_UNAVAILABLE}: leaf broker {self.broker_address} unreachable from edge router " \
+                      f"{self.router_name} ({details})"
+            metadata = ((REASON_KEY, BROKER_UNAVAILABLE), (FIELD_KEY, ""))
+        elif not has_reason and code is grpc.StatusCode.DEADLINE_EXCEEDED:
+            log.warning("%s: broker %s did not answer %s in time", self.router_name, self.broker_address, method)
+            details = f"{BROKER_TIMEOUT}: leaf broker {self.broker_address} did not answer {method} in time " \
+                      f"({details})"
+            metadata = ((REASON_KEY, BROKER_TIMEOUT), (FIELD_KEY, ""))
+        if metadata:
+            context.set_trailing_metadata(metadata)
+        await context.abort(code, details)
+
+    # -- EdgeProxy ---------------------------------------------------------------------------------
+    async def RegisterClient(self, request: bpb.RegisterClientRequest, context: Any) -> bpb.RegisterClientReply:
+        request.edge_router = self.router_name
+        if request.kind == bpb.CLIENT_KIND_SUBSCRIBER and request.port and not request.host:
+            request.host = _peer_host(context)
+        reply: bpb.RegisterClientReply = await self._relay("RegisterClient", request, context)
+        return reply
+
+    async def UnregisterClient(self, request: bpb.UnregisterClientRequest,
+                               context: Any) -> bpb.UnregisterClientReply:
+        reply: bpb.UnregisterClientReply = await self._relay("UnregisterClient", request, context)
+        return reply
+
+    async def RegisterPublication(self, request: bpb.RegisterPublicationRequest,
+                                  context: Any) -> bpb.RegisterPublicationReply:
+        request.publication.edge_router = self.router_name
+        reply: bpb.RegisterPublicationReply = await self._relay("RegisterPublication", request, context)
+        return reply
+
+    async def UnregisterPublication(self, request: bpb.UnregisterPublicationRequest,
+                                    context: Any) -> bpb.UnregisterPublicationReply:
+        reply: bpb.UnregisterPublicationReply = await self._relay("UnregisterPublication", request, context)
+        return reply
+
+    async def Subscribe(self, request: bpb.SubscribeRequest, context: Any) -> bpb.SubscribeReply:
+        request.subscription.edge_router = self.router_name
+        reply: bpb.SubscribeReply = await self._relay("Subscribe", request, context)
+        return reply
+
+    async def Unsubscribe(self, request: bpb.UnsubscribeRequest, context: Any) -> bpb.UnsubscribeReply:
+        reply: bpb.UnsubscribeReply = await self._relay("Unsubscribe", request, context)
+        return reply
+
+    async def ChangeSubscription(self, request: bpb.ChangeSubscriptionRequest,
+                                 context: Any) -> bpb.SubscribeReply:
+        reply: bpb.SubscribeReply = await self._relay("ChangeSubscription", request, context)
+        return reply
+
+    async def ListSubscriptions(self, request: bpb.ListSubscriptionsRequest,
+                                context: Any) -> bpb.ListSubscriptionsReply:
+        reply: bpb.ListSubscriptionsReply = await self._relay("ListSubscriptions", request, context)
+        return reply
+
+
+def _peer_host(context: Any) -> str:
+    """The client's IP from the gRPC peer string (``ipv4:1.2.3.4:5``, ``ipv6:[::1]:5``), or ''."""
+    try:
+        peer = str(context.peer())
+    except Exception:  # pragma: no cover - defensive
+        return ""
+    kind, _, rest = peer.partition(":")
+    if kind == "ipv4":
+        return rest.rpartition(":")[0]
+    if kind == "ipv6":
+        return rest.rpartition(":")[0].strip("[]")
+    return ""
+
+
+def add_to_server(servicer: EdgeProxyServicer, server: grpc.aio.Server) -> None:
+    epb_grpc.add_EdgeProxyServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]

@@ -20,6 +20,7 @@ import logging
 import random
 import time
 from collections.abc import Iterable
+from dataclasses import asdict
 
 from gridstat.broker import installer
 from gridstat.broker.installer import RouterChange, RouterLink
@@ -28,6 +29,7 @@ from gridstat.broker.state import (
     Client,
     CloudState,
     DesiredRoute,
+    ForeignChannel,
     ModeQoS,
     RouterEndpoint,
     SubscriptionRecord,
@@ -36,26 +38,29 @@ from gridstat.broker.state import (
 from gridstat.broker.store import BrokerStore, record_from_json, var_from_json
 from gridstat.broker.topology import RouterRole
 from gridstat.core.aio import create_guarded_task
-from gridstat.core.model import StatusVariable, TypeSpec, split_variable_name
+from gridstat.core.model import StatusVariable, TypeSpec, VariableRegistry, split_variable_name
 from gridstat.core.tls import TlsFiles
-from gridstat.errors import GridStatError, NotFound, TypeMismatch, ValidationError
+from gridstat.errors import DuplicateName, GridStatError, NotFound, TypeMismatch, ValidationError
 
 log = logging.getLogger(__name__)
 
 
 class LeafBroker:
     def __init__(self, name: str, store: BrokerStore, *, tls: TlsFiles | None = None,
-                 supervise_interval_s: float = 0.5, forwarding_ms: float = 1.0) -> None:
+                 supervise_interval_s: float = 0.5, forwarding_ms: float = 1.0, variable_id_base: int = 1) -> None:
         self.name = name
         self.store = store
         self.tls = tls
-        self.state = CloudState(name, forwarding_ms=forwarding_ms)
+        # Variable ids travel on the wire across clouds, so each cloud assigns from its own block.
+        self.state = CloudState(name, forwarding_ms=forwarding_ms, registry=VariableRegistry(first_id=variable_id_base))
         self.links: dict[str, RouterLink] = {}
         self.supervise_interval_s = supervise_interval_s
         self.lock = asyncio.Lock()
         self.current_mode = 0
         self.rebuilds = 0
         self._next_check: dict[str, float] = {}
+        #: Reserved, not yet committed inter-cloud segments and their deadlines.
+        self._pending: dict[str, float] = {}
         self._task: asyncio.Task[None] | None = None
         self._started = self._closed = False
 
@@ -92,6 +97,9 @@ class LeafBroker:
                                     event_capacity_eps=d.get("event_capacity_eps"), name=d["name"])
         for d in store.all("clients"):
             st.clients[(d["kind"], d["name"])] = Client(**d)
+        for d in store.all("foreign"):
+            f = ForeignChannel(**d)
+            st.foreign[(f.border_router, f.foreign_router)] = f
         for d in store.all("publications"):
             st.registry.restore(var_from_json(d))
         for d in store.all("subscriptions"):
@@ -340,6 +348,97 @@ class LeafBroker:
     def paths_of(self, record: SubscriptionRecord) -> dict[int, tuple[Path, ...]]:
         return dict(record.paths)
 
+    # -- inter-cloud (dissertation 3.1: askSubStart / askSubMid / askSubEnd, commitSub, removeSub) ---
+    async def add_foreign_channel(self, f: ForeignChannel) -> None:
+        """An inter-cloud channel at one of this cloud's border routers (its capacity is the parent's)."""
+        async with self.lock:
+            if self.state.topology.router(f.border_router).role is not RouterRole.BORDER:
+                raise ValidationError(f"{f.border_router!r} is not a border router", field="channel.router_a")
+            if (f.border_router, f.foreign_router) in self.state.foreign:
+                raise DuplicateName(f"{f.border_router!r} already has a channel to {f.foreign_router!r}",
+                                    field="channel.router_b")
+            self.state.foreign[(f.border_router, f.foreign_router)] = f
+            with self.store.transaction():
+                self.store.put("foreign", f"{f.border_router}>{f.foreign_router}", asdict(f))
+        await self._reconcile_now(f.border_router)
+
+    async def remove_foreign_channel(self, border_router: str, foreign_router: str) -> None:
+        async with self.lock:
+            if any(r.exit_channel == foreign_router and r.edge_router == border_router
+                   for r in self.state.subscriptions.values()):
+                raise ValidationError(f"inter-cloud channel {border_router}->{foreign_router} carries segments",
+                                      field="channel")
+            if self.state.foreign.pop((border_router, foreign_router), None) is None:
+                raise NotFound(f"no inter-cloud channel {border_router}->{foreign_router}", field="channel")
+            with self.store.transaction():
+                self.store.delete("foreign", f"{border_router}>{foreign_router}")
+        await self._reconcile_now(border_router)
+
+    def resolve_variable(self, full_name: str) -> tuple[StatusVariable, str]:
+        """``getVariableId``: a variable published in this cloud and its publisher's edge router."""
+        var = self.state.registry.lookup(full_name)
+        return var, self.state.client("publisher", var.publisher).edge_router
+
+    async def reserve_segment(self, sid: str, kind: str, *, from_router: str, to_router: str, next_channel: str,
+                              variable: str, variable_id: int, pub_interval_ms: int, qos: ModeQoS,
+                              ttl_ms: int = 10_000) -> SubscriptionRecord:
+        """Reserve one cloud's piece of an inter-cloud path; nothing reaches the routers before commit."""
+        async with self.lock:
+            st = self.state
+            if kind == SegmentKind.START:
+                var, edge = self.resolve_variable(variable)
+                if var.variable_id != variable_id or edge != from_router:
+                    raise ValidationError(f"{variable!r} is published at {edge!r} with id {var.variable_id}",
+                                          field="from_router")
+            if kind == SegmentKind.END:
+                if not next_channel.startswith("sub:"):
+                    raise ValidationError("an end segment's next_channel is 'sub:<subscriber>'", field="next_channel")
+                subscriber = next_channel[4:]
+                client = st.client("subscriber", subscriber)
+                if client.edge_router != to_router:
+                    raise Unauthorized(f"subscriber {subscriber!r} is at {client.edge_router!r}", field="to_router")
+                exit_channel = ""
+            else:
+                subscriber, exit_channel = f"segment.{sid}", next_channel
+            record = st.admit_path(sid, subscriber, variable, variable_id, pub_interval_ms, False, (qos,),
+                                   from_router, to_router, exit_channel=exit_channel, segment=True)
+            self._pending[sid] = time.monotonic() + max(ttl_ms, 1) / 1000
+            return record
+
+    async def commit_segment(self, sid: str) -> None:
+        async with self.lock:
+            if sid not in self._pending:
+                if sid in self.state.subscriptions:
+                    return  # committed already: commit is idempotent
+                raise NotFound(f"no reserved segment {sid!r} (aborted or expired)", field="key")
+            record = self.state.subscriptions[sid]
+            try:
+                await installer.apply_transaction(self.links, self._changes(record, install=True))
+            except GridStatError:
+                del self._pending[sid]
+                self.state.remove(sid)
+                raise
+            del self._pending[sid]
+            with self.store.transaction():
+                self.store.put_subscription(record)
+
+    async def abort_segment(self, sid: str) -> bool:
+        async with self.lock:
+            if self._pending.pop(sid, None) is not None:
+                self.state.remove(sid)
+                return True
+            if sid in self.state.subscriptions:
+                await self._unsubscribe_locked(sid)
+                return True
+            return False
+
+    def _expire_pending(self) -> None:
+        now = time.monotonic()
+        for sid in [s for s, deadline in self._pending.items() if deadline <= now]:
+            del self._pending[sid]
+            self.state.remove(sid)
+            log.warning("segment %s expired before commit; its reservation is released", sid)
+
     # -- supervision (dissertation 3.7: the LQB rebuilds a restarted router) ----------------------
     async def _reconcile_now(self, router: str) -> None:
         link = self.links.get(router)
@@ -391,8 +490,21 @@ class LeafBroker:
 
     async def _supervise(self) -> None:
         while True:
+            if self._pending:
+                async with self.lock:
+                    self._expire_pending()
             now = time.monotonic()
             due = [n for n in list(self.links) if self._next_check.get(n, 0.0) <= now]
             if due:
                 await asyncio.gather(*(self.check_router(n) for n in due), return_exceptions=True)
             await asyncio.sleep(min(0.1, self.supervise_interval_s))
+
+
+class SegmentKind:
+    START = "start"
+    MID = "mid"
+    END = "end"
+
+
+def segment_id(subscription_id: str, mode: int, redundant_index: int) -> str:
+    return f"{subscription_id}.m{mode}.r{redundant_index}"

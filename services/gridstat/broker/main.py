@@ -18,7 +18,7 @@ import sys
 import grpc
 
 from gridstat.broker.leaf import LeafBroker
-from gridstat.broker.service import QoSBrokerServicer
+from gridstat.broker.service import QoSBrokerServicer, SegmentsServicer
 from gridstat.broker.store import BrokerStore
 from gridstat.core.aio import exit_with_parent, install_fast_loop
 from gridstat.core.tls import TlsFiles
@@ -37,6 +37,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=7700, help="gRPC port (0 = any)")
     p.add_argument("--state", default="", help="SQLite file of the durable state "
                                                 "(default ~/.local/state/gridstat/broker-NAME.sqlite)")
+    p.add_argument("--variable-id-base", type=int, default=1,
+                   help="first variable id this cloud assigns; give each cloud its own block (e.g. 1000000 * k)")
     p.add_argument("--supervise-interval-ms", type=int, default=500, help="router health check period")
     p.add_argument("--tls-cert", default="")
     p.add_argument("--tls-key", default="")
@@ -49,6 +51,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 async def serve(broker: LeafBroker, host: str, port: int, tls: TlsFiles | None = None) -> tuple[grpc.aio.Server, int]:
     server = grpc.aio.server()
     pb_grpc.add_QoSBrokerServicer_to_server(QoSBrokerServicer(broker), server)  # type: ignore[no-untyped-call]
+    pb_grpc.add_SegmentsServicer_to_server(SegmentsServicer(broker), server)  # type: ignore[no-untyped-call]
     if tls is None:
         bound = server.add_insecure_port(f"{host}:{port}")
     else:
@@ -63,7 +66,8 @@ async def _run(args: argparse.Namespace) -> None:
     tls = TlsFiles(args.tls_cert, args.tls_key, args.tls_client_ca) if args.tls_cert else None
     router_tls = TlsFiles(args.tls_cert, args.tls_key, args.router_tls_ca) if args.router_tls_ca else None
     store = BrokerStore(args.state or default_state_path(args.name))
-    broker = LeafBroker(args.name, store, tls=router_tls, supervise_interval_s=args.supervise_interval_ms / 1000)
+    broker = LeafBroker(args.name, store, tls=router_tls, supervise_interval_s=args.supervise_interval_ms / 1000,
+                        variable_id_base=args.variable_id_base)
     await broker.start()
     # Long-lived objects (topology, reservations) would be rescanned by every full collection:
     # freeze them so admission latency has no 100 ms GC pauses (measured in docs/benchmarks.md).

@@ -14,9 +14,9 @@ from typing import Any, TypeVar
 
 import grpc
 
-from gridstat.broker.leaf import LeafBroker
+from gridstat.broker.leaf import LeafBroker, SegmentKind, segment_id
 from gridstat.broker.rejections import CapacityExceeded, LatencyUnattainable, NoFeasiblePath
-from gridstat.broker.state import ModeQoS, RouterEndpoint, SubscriptionRecord, Unauthorized
+from gridstat.broker.state import ForeignChannel, ModeQoS, RouterEndpoint, SubscriptionRecord, Unauthorized
 from gridstat.broker.topology import RouterRole
 from gridstat.core.protoconv import type_from_pb, type_to_pb
 from gridstat.errors import (
@@ -220,6 +220,29 @@ class QoSBrokerServicer(pb_grpc.QoSBrokerServicer):
             return pb.TopologyReply(topology_version=self.broker.state.version)
         return await self._run(context, call)
 
+    async def AddInterCloudChannel(self, request: pb.AddInterCloudChannelRequest, context: Any) -> pb.TopologyReply:
+        async def call() -> pb.TopologyReply:
+            c = request.channel
+            if c.cloud_a != self.broker.name:
+                raise ValidationError(f"cloud_a {c.cloud_a!r} is not this broker's cloud {self.broker.name!r}",
+                                      field="channel.cloud_a")
+            host, _, port = c.router_b_event_address.rpartition(":")
+            if not host or not port.isdigit() or not c.router_b_id:
+                raise ValidationError("a leaf needs router_b_event_address HOST:PORT and router_b_id",
+                                      field="channel.router_b_event_address")
+            await self.broker.add_foreign_channel(ForeignChannel(
+                c.router_a, c.router_b, c.cloud_b, c.router_b_id, host, int(port), float(c.bandwidth_bps),
+                c.latency_ms))
+            return pb.TopologyReply(topology_version=self.broker.state.version)
+        return await self._run(context, call)
+
+    async def RemoveInterCloudChannel(self, request: pb.RemoveInterCloudChannelRequest,
+                                      context: Any) -> pb.TopologyReply:
+        async def call() -> pb.TopologyReply:
+            await self.broker.remove_foreign_channel(request.router_a, request.router_b)
+            return pb.TopologyReply(topology_version=self.broker.state.version)
+        return await self._run(context, call)
+
     async def GetTopology(self, request: pb.GetTopologyRequest, context: Any) -> pb.TopologyView:
         st = self.broker.state
         routers = [pb.RouterInfo(name=r.name, role=r.role.value, capacity_eps=int(r.capacity_eps),
@@ -230,8 +253,12 @@ class QoSBrokerServicer(pb_grpc.QoSBrokerServicer):
         channels = [pb.TopologyChannel(a=c.src, b=c.dst, bandwidth_bps=int(c.bandwidth_bps), latency_ms=c.latency_ms,
                                        capacity_eps=int(c.event_capacity_eps or 0))
                     for c in st.topology.channels.values()]
+        foreign = [pb.InterCloudChannel(cloud_a=self.broker.name, router_a=f.border_router, cloud_b=f.foreign_cloud,
+                                        router_b=f.foreign_router, bandwidth_bps=int(f.bandwidth_bps),
+                                        latency_ms=f.latency_ms, router_b_event_address=f"{f.host}:{f.port}",
+                                        router_b_id=f.foreign_id) for f in st.foreign.values()]
         return pb.TopologyView(broker=self.broker.name, routers=routers, channels=channels,
-                               topology_version=st.version)
+                               inter_cloud_channels=foreign, topology_version=st.version)
 
     async def Health(self, request: pb.BrokerHealthRequest, context: Any) -> pb.BrokerHealthReply:
         st = self.broker.state
@@ -239,3 +266,58 @@ class QoSBrokerServicer(pb_grpc.QoSBrokerServicer):
                                     routers_up=len(st.endpoints) - len(st.down & set(st.endpoints)),
                                     routers_down=len(st.down & set(st.endpoints)),
                                     subscriptions=len(st.subscriptions))
+
+
+_SEGMENT_KINDS = {pb.SEGMENT_KIND_START: SegmentKind.START, pb.SEGMENT_KIND_MID: SegmentKind.MID,
+                  pb.SEGMENT_KIND_END: SegmentKind.END}
+
+
+class SegmentsServicer(pb_grpc.SegmentsServicer):
+    """The leaf's side of inter-cloud paths: the parent reserves, then commits or aborts, segments."""
+
+    def __init__(self, broker: LeafBroker) -> None:
+        self.broker = broker
+        self._run = QoSBrokerServicer(broker)._run
+
+    async def ReserveSegment(self, request: pb.ReserveSegmentRequest, context: Any) -> pb.ReserveSegmentReply:
+        async def call() -> pb.ReserveSegmentReply:
+            kind = _SEGMENT_KINDS.get(request.kind)
+            if kind is None:
+                raise ValidationError("segment kind must be start, mid or end", field="kind")
+            k = request.key
+            q = request.qos
+            budget = request.latency_budget_ms or q.latency_ms
+            qos = ModeQoS(k.mode, q.interval_ms, float(budget), 1, q.priority or 1)
+            try:
+                record = await self.broker.reserve_segment(
+                    segment_id(k.subscription_id, k.mode, k.redundant_index), kind, from_router=request.from_router,
+                    to_router=request.to_router, next_channel=request.next_channel, variable=request.variable,
+                    variable_id=request.variable_id, pub_interval_ms=request.pub_interval_ms, qos=qos,
+                    ttl_ms=request.ttl_ms or 10_000)
+            except ADMISSION_ERRORS as exc:
+                return pb.ReserveSegmentReply(reserved=False, rejection=rejection(exc))
+            (_, paths), = record.paths
+            return pb.ReserveSegmentReply(reserved=True, path=pb.Path(routers=list(paths[0].routers),
+                                                                      latency_ms=paths[0].latency_ms))
+        return await self._run(context, call)
+
+    async def CommitSegment(self, request: pb.SegmentKey, context: Any) -> pb.SegmentReply:
+        async def call() -> pb.SegmentReply:
+            await self.broker.commit_segment(segment_id(request.subscription_id, request.mode,
+                                                        request.redundant_index))
+            return pb.SegmentReply(ok=True)
+        return await self._run(context, call)
+
+    async def AbortSegment(self, request: pb.SegmentKey, context: Any) -> pb.SegmentReply:
+        ok = await self.broker.abort_segment(segment_id(request.subscription_id, request.mode,
+                                                        request.redundant_index))
+        return pb.SegmentReply(ok=ok)
+
+    async def ResolveVariable(self, request: pb.ResolveVariableRequest, context: Any) -> pb.RegisterPublicationReply:
+        async def call() -> pb.RegisterPublicationReply:
+            var, edge = self.broker.resolve_variable(request.variable)
+            return pb.RegisterPublicationReply(publication=pb.Publication(
+                publisher=var.publisher, variable=var.name, type=type_to_pb(var.type), interval_ms=var.interval_ms,
+                priority=var.priority, alert=var.alert, min_interval_ms=var.min_interval_ms,
+                variable_id=var.variable_id, edge_router=edge))
+        return await self._run(context, call)

@@ -23,7 +23,7 @@ from gridstat.core.model import StatusVariable, StructType, TypeSpec, ValueType
 from gridstat.errors import ValidationError
 
 SCHEMA_VERSION = 1
-_TABLES = ("routers", "channels", "clients", "publications", "subscriptions")
+_TABLES = ("routers", "channels", "foreign", "clients", "publications", "subscriptions")
 
 
 def _type_to_json(t: TypeSpec) -> dict[str, Any]:
@@ -62,7 +62,7 @@ def record_from_json(d: dict[str, Any]) -> SubscriptionRecord:
         d["subscription_id"], d["subscriber"], d["variable"], d["variable_id"], d["pub_interval_ms"], d["alert"],
         d["edge_router"], d["publisher_router"], tuple(ModeQoS(**q) for q in d["qos"]),
         tuple((mode, tuple(Path(tuple(p["routers"]), p["latency_ms"]) for p in paths)) for mode, paths in d["paths"]),
-        d["version"])
+        d["version"], d.get("exit_channel", ""), d.get("segment", False))
 
 
 class BrokerStore:

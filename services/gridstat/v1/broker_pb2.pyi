@@ -1266,6 +1266,7 @@ class ReserveSegmentRequest(_message.Message):
     QOS_FIELD_NUMBER: _builtins.int
     LATENCY_BUDGET_MS_FIELD_NUMBER: _builtins.int
     TTL_MS_FIELD_NUMBER: _builtins.int
+    VARIABLE_FIELD_NUMBER: _builtins.int
     kind: Global___SegmentKind.ValueType
     from_router: _builtins.str
     """publisher's edge (START) or entry border router"""
@@ -1279,6 +1280,8 @@ class ReserveSegmentRequest(_message.Message):
     """this segment's share of the bound"""
     ttl_ms: _builtins.int
     """reservation expires unless committed"""
+    variable: _builtins.str
+    """"publisher/variable" (START: checked against the publication)"""
     @_builtins.property
     def key(self) -> Global___SegmentKey: ...
     @_builtins.property
@@ -1296,10 +1299,11 @@ class ReserveSegmentRequest(_message.Message):
         qos: Global___ModeQoS | None = ...,
         latency_budget_ms: _builtins.float = ...,
         ttl_ms: _builtins.int = ...,
+        variable: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "qos", b"qos"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["from_router", b"from_router", "key", b"key", "kind", b"kind", "latency_budget_ms", b"latency_budget_ms", "next_channel", b"next_channel", "pub_interval_ms", b"pub_interval_ms", "qos", b"qos", "to_router", b"to_router", "ttl_ms", b"ttl_ms", "variable_id", b"variable_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["from_router", b"from_router", "key", b"key", "kind", b"kind", "latency_budget_ms", b"latency_budget_ms", "next_channel", b"next_channel", "pub_interval_ms", b"pub_interval_ms", "qos", b"qos", "to_router", b"to_router", "ttl_ms", b"ttl_ms", "variable", b"variable", "variable_id", b"variable_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

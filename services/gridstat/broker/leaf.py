@@ -97,7 +97,7 @@ class LeafBroker:
                                     event_capacity_eps=d.get("event_capacity_eps"), name=d["name"])
         for d in store.all("clients"):
             st.clients[(d["kind"], d["name"])] = Client(**d)
-        for d in store.all("foreign"):
+        for d in store.all("foreign_channels"):
             f = ForeignChannel(**d)
             st.foreign[(f.border_router, f.foreign_router)] = f
         for d in store.all("publications"):
@@ -359,7 +359,7 @@ class LeafBroker:
                                     field="channel.router_b")
             self.state.foreign[(f.border_router, f.foreign_router)] = f
             with self.store.transaction():
-                self.store.put("foreign", f"{f.border_router}>{f.foreign_router}", asdict(f))
+                self.store.put("foreign_channels", f"{f.border_router}>{f.foreign_router}", asdict(f))
         await self._reconcile_now(f.border_router)
 
     async def remove_foreign_channel(self, border_router: str, foreign_router: str) -> None:
@@ -371,7 +371,7 @@ class LeafBroker:
             if self.state.foreign.pop((border_router, foreign_router), None) is None:
                 raise NotFound(f"no inter-cloud channel {border_router}->{foreign_router}", field="channel")
             with self.store.transaction():
-                self.store.delete("foreign", f"{border_router}>{foreign_router}")
+                self.store.delete("foreign_channels", f"{border_router}>{foreign_router}")
         await self._reconcile_now(border_router)
 
     def resolve_variable(self, full_name: str) -> tuple[StatusVariable, str]:

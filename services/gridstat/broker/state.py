@@ -202,7 +202,7 @@ class CloudState:
         return ok
 
     def new_subscription_id(self) -> str:
-        sid = f"s{self.next_subscription}"
+        sid = f"{self.name}-s{self.next_subscription}"
         self.next_subscription += 1
         return sid
 

@@ -37,6 +37,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     t.add_argument("--quick", action="store_true", help="K in 1, 2, 5, 10 only and fewer repetitions")
     t.add_argument("--reps", type=int, default=0, help="repetitions per cell (default 7, quick 3)")
     _write_args(t)
+    b = sub.add_parser("broker", help="admission decisions and installs on a generated 200-router cloud")
+    b.add_argument("--quick", action="store_true", help="40 routers, 1,000 subscriptions")
+    b.add_argument("--routers", type=int, default=0, help="routers in the cloud (default 200)")
+    b.add_argument("--subs", type=int, default=0, help="subscriptions (default 10,000)")
+    b.add_argument("--farms", type=int, default=4, help="router farm processes")
+    b.add_argument("--concurrency", type=int, default=16, help="Subscribe RPCs in flight")
+    b.add_argument("--decisions-only", action="store_true", help="skip the install through real processes")
+    _write_args(b)
 
 
 def _write_args(p: argparse.ArgumentParser) -> None:
@@ -68,6 +76,19 @@ def run(args: argparse.Namespace) -> int:
         print(body)
         if target is not None:
             report.write_section(target, "tables", body)
+            _log(f"wrote {target}")
+        return 0
+    if args.bench == "broker":
+        from gridstat.bench import broker
+
+        routers = args.routers or (40 if args.quick else 200)
+        subs = args.subs or (1_000 if args.quick else 10_000)
+        dec, inst = broker.run_broker_bench(routers=routers, subs=subs, farms=args.farms,
+                                            concurrency=args.concurrency, install=not args.decisions_only, log=_log)
+        body = broker.report(dec, inst, routers=routers, subs=subs, concurrency=args.concurrency, facts=facts)
+        print(body)
+        if target is not None:
+            report.write_section(target, "broker", body)
             _log(f"wrote {target}")
         return 0
     from gridstat.bench.router import run_router_bench

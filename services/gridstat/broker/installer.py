@@ -110,15 +110,32 @@ async def apply_transaction(links: Mapping[str, RouterLink], changes: Mapping[st
         name, exc = failed[0]
         detail = exc.details() if isinstance(exc, grpc.aio.AioRpcError) else str(exc)
         raise RouterUnavailable(f"router {name!r} refused or missed the change: {detail}", field="router")
-    # Commit in reverse of the list order: callers list routers publisher side first, so the
-    # subscriber side is ready before the upstream routers start sending.
-    for name, _ in reversed(items):
+    async def commit(name: str) -> None:
         try:
             await links[name].stub.CommitRoutes(pb.RoutesTransaction(transaction_id=txn), timeout=RPC_TIMEOUT_S)
         except grpc.aio.AioRpcError as exc:
             # The router died between prepare and commit: it restarts empty and is rebuilt from
             # the broker's state by reconcile, which is the source of truth.
             log.warning("commit on router %s failed (%s); it will be reconciled", name, exc.code())
+
+    await asyncio.gather(*(commit(n) for n, _ in items))
+
+
+async def ensure_channel(link: RouterLink, d: DesiredChannel) -> bool:
+    """Open one channel (a client's, at its edge router); True if an existing one had to be replaced.
+
+    Replacing a channel drops the routes that use it on the router: the caller has the
+    router reconciled to put them back.
+    """
+    try:
+        await link.stub.AddChannel(pb.AddChannelRequest(channel=channel_pb(d)), timeout=RPC_TIMEOUT_S)
+        return False
+    except grpc.aio.AioRpcError as exc:
+        if exc.code() != grpc.StatusCode.ALREADY_EXISTS:
+            raise
+    await link.stub.RemoveChannel(pb.RemoveChannelRequest(name=d.name), timeout=RPC_TIMEOUT_S)
+    await link.stub.AddChannel(pb.AddChannelRequest(channel=channel_pb(d)), timeout=RPC_TIMEOUT_S)
+    return True
 
 
 async def reconcile(link: RouterLink, channels: Iterable[DesiredChannel], routes: Iterable[DesiredRoute]) -> int:

@@ -44,6 +44,9 @@ from gridstat.errors import DuplicateName, GridStatError, NotFound, TypeMismatch
 
 log = logging.getLogger(__name__)
 
+#: Most subscriptions' router changes grouped into one two-phase transaction.
+GROUP_COMMIT_MAX = 64
+
 
 class LeafBroker:
     def __init__(self, name: str, store: BrokerStore, *, tls: TlsFiles | None = None,
@@ -59,6 +62,9 @@ class LeafBroker:
         self.current_mode = 0
         self.rebuilds = 0
         self._next_check: dict[str, float] = {}
+        self._dirty: set[str] = set()
+        self._queued: list[tuple[dict[str, RouterChange], asyncio.Future[None]]] = []
+        self._writer: asyncio.Task[None] | None = None
         #: Reserved, not yet committed inter-cloud segments and their deadlines.
         self._pending: dict[str, float] = {}
         self._task: asyncio.Task[None] | None = None
@@ -151,7 +157,7 @@ class LeafBroker:
         if link is not None:
             await link.close()
         for ch in removed:
-            self._next_check[ch.src if ch.src != name else ch.dst] = 0.0
+            self._mark_dirty(ch.src if ch.src != name else ch.dst)
 
     async def add_channel(self, a: str, b: str, *, bandwidth_bps: float, latency_ms: float,
                           capacity_eps: float | None = None, both: bool = True) -> None:
@@ -207,8 +213,16 @@ class LeafBroker:
                 self.store.put_client(client)
                 self._save_counters()
             if old is not None and old.edge_router != edge_router:
-                self._next_check[old.edge_router] = 0.0
-        await self._reconcile_now(edge_router)
+                self._mark_dirty(old.edge_router)
+        link = self.links.get(edge_router)
+        same = old is not None and (old.edge_router, old.host, old.port) == (edge_router, host, port) and not restarted
+        if link is not None and edge_router not in self.state.down and not same:
+            try:
+                if await installer.ensure_channel(link, self.state.desired_channel(edge_router, client.channel)):
+                    self._mark_dirty(edge_router)  # the channel was replaced: put its routes back
+            except Exception as exc:  # the supervisor's reconciliation opens it later
+                log.warning("opening %s on %s: %s", client.channel, edge_router, exc)
+                self._mark_dirty(edge_router)
         return client.client_id, restarted
 
     async def _drop_client_state(self, name: str, kind: str) -> None:
@@ -276,15 +290,58 @@ class LeafBroker:
                                    f"{edge_router!r}", field="edge_router")
             sid = subscription_id or st.new_subscription_id()
             record = st.admit(sid, subscriber, var, qos, edge_router)
-            try:
-                await installer.apply_transaction(self.links, self._changes(record, install=True))
-            except GridStatError:
+        # The decision and its reservation are made under the lock; the routers are written
+        # outside it, so that many installs can be in flight at once (a failure undoes the
+        # reservation, and the supervisor's reconciliation never adds what the state lacks).
+        try:
+            await self._apply(self._changes(record, install=True))
+        except GridStatError:
+            async with self.lock:
                 st.remove(sid)
-                raise
-            with self.store.transaction():
-                self.store.put_subscription(record)
-                self._save_counters()
-            return record
+            raise
+        with self.store.transaction():
+            self.store.put_subscription(record)
+            self._save_counters()
+        return record
+
+    async def _apply(self, changes: dict[str, RouterChange]) -> None:
+        """Write a change to the routers, grouped with the changes waiting meanwhile (group commit).
+
+        One two-phase transaction carries every change queued while the previous one was in
+        flight, so N concurrent subscriptions cost two RPCs per router touched instead of 2N.
+        If a grouped transaction fails, its changes are retried one by one so that only the
+        change that cannot be installed fails.
+        """
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._queued.append((changes, future))
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.get_running_loop().create_task(self._write_queued())
+        await future
+
+    async def _write_queued(self) -> None:
+        while self._queued:
+            batch, self._queued = self._queued[:GROUP_COMMIT_MAX], self._queued[GROUP_COMMIT_MAX:]
+            merged: dict[str, RouterChange] = {}
+            for changes, _ in batch:
+                for name, c in changes.items():
+                    m = merged.get(name, RouterChange())
+                    merged[name] = RouterChange(m.install + c.install, m.remove + c.remove)
+            try:
+                await installer.apply_transaction(self.links, merged)
+            except GridStatError as exc:
+                if len(batch) == 1:
+                    batch[0][1].set_exception(exc)
+                    continue
+                for changes, future in batch:
+                    try:
+                        await installer.apply_transaction(self.links, changes)
+                    except GridStatError as one:
+                        future.set_exception(one)
+                    else:
+                        future.set_result(None)
+                continue
+            for _, future in batch:
+                future.set_result(None)
 
     async def unsubscribe(self, subscription_id: str) -> int:
         async with self.lock:
@@ -295,13 +352,13 @@ class LeafBroker:
         changes = self._changes(record, install=False)
         up = {n: c for n, c in changes.items() if n not in self.state.down}
         try:
-            await installer.apply_transaction(self.links, up)
+            await self._apply(up)
         except GridStatError as exc:
             # The subscription is gone from the state either way; a router that missed the
             # removal is put right by reconciliation when it answers again.
             log.warning("removing %s: %s; the routers will be reconciled", subscription_id, exc)
             for name in up:
-                self._next_check[name] = 0.0
+                self._mark_dirty(name)
         with self.store.transaction():
             self.store.delete("subscriptions", subscription_id)
         return sum(len(c.remove) for c in changes.values())
@@ -440,10 +497,15 @@ class LeafBroker:
             log.warning("segment %s expired before commit; its reservation is released", sid)
 
     # -- supervision (dissertation 3.7: the LQB rebuilds a restarted router) ----------------------
+    def _mark_dirty(self, router: str) -> None:
+        """Have the supervisor reconcile this router at its next pass."""
+        self._dirty.add(router)
+        self._next_check[router] = 0.0
+
     async def _reconcile_now(self, router: str) -> None:
         link = self.links.get(router)
         if link is None or router in self.state.down:
-            self._next_check[router] = 0.0
+            self._mark_dirty(router)
             return
         async with self.lock:
             try:
@@ -453,7 +515,7 @@ class LeafBroker:
                 log.warning("reconciling %s: %s", router, exc)
             except Exception as exc:  # grpc errors: the supervisor retries
                 log.warning("reconciling %s failed: %s", router, exc)
-                self._next_check[router] = 0.0
+                self._mark_dirty(router)
 
     async def check_router(self, name: str) -> None:
         link = self.links.get(name)
@@ -470,7 +532,8 @@ class LeafBroker:
             self._next_check[name] = time.monotonic() + backoff * (0.8 + 0.4 * random.random())
             return
         restarted = health.boot_id != link.boot_id
-        if restarted or not link.up:
+        if restarted or not link.up or name in self._dirty:
+            self._dirty.discard(name)
             async with self.lock:
                 try:
                     n = await installer.reconcile(link, self.state.desired_channels(name),

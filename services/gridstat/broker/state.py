@@ -310,13 +310,22 @@ class CloudState:
             ep = self.endpoints.get(neighbour)
             if ep is not None:
                 out[neighbour] = DesiredChannel(neighbour, ep.router_id, "router", ep.event_host, ep.event_port)
-        for c in self.clients.values():
-            if c.edge_router == router:
-                out[c.channel] = DesiredChannel(c.channel, c.client_id, c.kind, c.host, c.port)
+        for c in self.clients_at(router):
+            out[c.channel] = DesiredChannel(c.channel, c.client_id, c.kind, c.host, c.port)
         for f in self.foreign.values():
             if f.border_router == router:
                 out[f.foreign_router] = DesiredChannel(f.foreign_router, f.foreign_id, "router", f.host, f.port)
         return sorted(out.values(), key=lambda d: d.name)
+
+    def clients_at(self, router: str) -> list[Client]:
+        return [c for c in self.clients.values() if c.edge_router == router]
+
+    def desired_channel(self, router: str, name: str) -> DesiredChannel:
+        """The desired channel of one client (cheap: no scan of the router's neighbours)."""
+        for c in self.clients.values():
+            if c.channel == name and c.edge_router == router:
+                return DesiredChannel(c.channel, c.client_id, c.kind, c.host, c.port)
+        raise NotFound(f"router {router!r} should have no channel {name!r}", field="channel")
 
     def desired_routes(self, router: str) -> list[DesiredRoute]:
         out: list[DesiredRoute] = []

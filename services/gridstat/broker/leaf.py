@@ -21,6 +21,7 @@ import random
 import time
 from collections.abc import Iterable
 from dataclasses import asdict
+from typing import TYPE_CHECKING
 
 from gridstat.broker import installer
 from gridstat.broker.installer import RouterChange, RouterLink
@@ -41,6 +42,9 @@ from gridstat.core.aio import create_guarded_task
 from gridstat.core.model import StatusVariable, TypeSpec, VariableRegistry, split_variable_name
 from gridstat.core.tls import TlsFiles
 from gridstat.errors import DuplicateName, GridStatError, NotFound, TypeMismatch, ValidationError
+
+if TYPE_CHECKING:
+    from gridstat.broker.delegation import UpLink
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +73,8 @@ class LeafBroker:
         self._pending: dict[str, float] = {}
         self._task: asyncio.Task[None] | None = None
         self._started = self._closed = False
+        #: The parent broker inter-cloud subscriptions are delegated to (``--parent``), if any.
+        self.uplink: UpLink | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
@@ -88,6 +94,8 @@ class LeafBroker:
                 await self._task
         for link in self.links.values():
             await link.close()
+        if self.uplink is not None:
+            await self.uplink.close()
         self.store.close()
 
     def _load(self) -> None:
@@ -163,6 +171,10 @@ class LeafBroker:
                           capacity_eps: float | None = None, both: bool = True) -> None:
         async with self.lock:
             topo = self.state.topology
+            for end, what in ((a, "a"), (b, "b")):
+                if end not in topo.routers:
+                    raise NotFound(f"channel end {what}={end!r} is not a router of cloud {self.name!r}",
+                                   field=f"channel.{what}")
             pairs = [(a, b), (b, a)] if both else [(a, b)]
             for src, dst in pairs:
                 if dst in topo.out_channels(src):

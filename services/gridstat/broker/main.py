@@ -1,4 +1,7 @@
-"""Run a leaf QoS broker: ``gridstat broker --name A --port 7700 --state A.sqlite``.
+"""Run a QoS broker: ``gridstat broker [--role leaf|parent] --name A --port 7700 --state A.sqlite [--parent H:P]``.
+
+A leaf with ``--parent`` delegates inter-cloud subscriptions up; a parent (``--role parent``,
+``parent_service``) serves the hierarchy and the inter-cloud segments of its subtree.
 
 Prints ``READY name=<name> port=<grpc port>`` once serving. The state file keeps
 everything the broker accepted; a broker restarted on the same file recovers its
@@ -33,6 +36,9 @@ def default_state_path(name: str) -> str:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--name", required=True, help="the cloud's name (this broker's name)")
+    p.add_argument("--role", choices=("leaf", "parent"), default="leaf",
+                   help="leaf: owns a cloud of routers; parent: an interior QoS broker of the hierarchy")
+    p.add_argument("--parent", default="", help="HOST:PORT of the parent QoS broker (inter-cloud subscriptions)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=7700, help="gRPC port (0 = any)")
     p.add_argument("--state", default="", help="SQLite file of the durable state "
@@ -62,12 +68,41 @@ async def serve(broker: LeafBroker, host: str, port: int, tls: TlsFiles | None =
     return server, bound
 
 
+async def _run_parent(args: argparse.Namespace) -> None:
+    from gridstat.broker.parent_service import ParentBroker, ParentSegmentsServicer, ParentServicer
+    from gridstat.broker.parent_store import ParentStore
+
+    broker = ParentBroker(args.name, ParentStore(args.state or default_state_path(args.name)), parent=args.parent)
+    server = grpc.aio.server()
+    pb_grpc.add_QoSBrokerServicer_to_server(ParentServicer(broker), server)  # type: ignore[no-untyped-call]
+    pb_grpc.add_SegmentsServicer_to_server(ParentSegmentsServicer(broker), server)  # type: ignore[no-untyped-call]
+    port = server.add_insecure_port(f"{args.host}:{args.port}")
+    if port == 0:
+        raise ValidationError(f"cannot bind {args.host}:{args.port}", field="port")
+    await server.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    print(f"READY name={args.name} port={port}", flush=True)
+    await stop.wait()
+    await server.stop(grace=1.0)
+    await broker.stop()
+
+
 async def _run(args: argparse.Namespace) -> None:
+    if args.role == "parent":
+        await _run_parent(args)
+        return
     tls = TlsFiles(args.tls_cert, args.tls_key, args.tls_client_ca) if args.tls_cert else None
     router_tls = TlsFiles(args.tls_cert, args.tls_key, args.router_tls_ca) if args.router_tls_ca else None
     store = BrokerStore(args.state or default_state_path(args.name))
     broker = LeafBroker(args.name, store, tls=router_tls, supervise_interval_s=args.supervise_interval_ms / 1000,
                         variable_id_base=args.variable_id_base)
+    if args.parent:
+        from gridstat.broker.delegation import UpLink
+
+        broker.uplink = UpLink(args.parent)
     await broker.start()
     # Long-lived objects (topology, reservations) would be rescanned by every full collection:
     # freeze them so admission latency has no 100 ms GC pauses (measured in docs/benchmarks.md).

@@ -72,9 +72,12 @@ def qos_from_pb(m: pb.ModeQoS) -> ModeQoS:
 
 
 def record_to_reply(broker: LeafBroker, r: SubscriptionRecord) -> pb.SubscribeReply:
-    var = broker.state.registry.by_id(r.variable_id)
+    try:
+        vtype = type_to_pb(broker.state.registry.by_id(r.variable_id).type)
+    except UnknownVariable:  # an inter-cloud segment of a variable published in another cloud
+        vtype = pb.ValueType()
     sub = pb.Subscription(subscription_id=r.subscription_id, subscriber=r.subscriber, variable=r.variable,
-                          type=type_to_pb(var.type), edge_router=r.edge_router, cloud=broker.name,
+                          type=vtype, edge_router=r.edge_router, cloud=broker.name,
                           qos=[pb.ModeQoS(mode=q.mode, interval_ms=q.interval_ms, latency_ms=int(q.latency_ms),
                                           redundancy=q.redundancy, priority=q.priority) for q in r.qos])
     allocations = [pb.Allocation(mode=mode, paths=[pb.Path(routers=list(p.routers), latency_ms=p.latency_ms,
@@ -154,6 +157,13 @@ class QoSBrokerServicer(pb_grpc.QoSBrokerServicer):
             try:
                 record = await self.broker.subscribe(s.subscriber, s.variable, t, qos, edge_router=s.edge_router,
                                                      subscription_id=s.subscription_id)
+            except UnknownVariable as exc:
+                if self.broker.uplink is None:  # not published here and no parent to ask
+                    return pb.SubscribeReply(admitted=False, subscription=s, rejection=rejection(exc))
+                try:  # inter-cloud: delegated up to the lowest common ancestor (delegation.UpLink)
+                    return await self.broker.uplink.subscribe(self.broker, s)
+                except ADMISSION_ERRORS as up_exc:
+                    return pb.SubscribeReply(admitted=False, subscription=s, rejection=rejection(up_exc))
             except ADMISSION_ERRORS as exc:
                 return pb.SubscribeReply(admitted=False, subscription=s, rejection=rejection(exc))
             return record_to_reply(self.broker, record)
@@ -161,7 +171,10 @@ class QoSBrokerServicer(pb_grpc.QoSBrokerServicer):
 
     async def Unsubscribe(self, request: pb.UnsubscribeRequest, context: Any) -> pb.UnsubscribeReply:
         async def call() -> pb.UnsubscribeReply:
-            return pb.UnsubscribeReply(routes_removed=await self.broker.unsubscribe(request.subscription_id))
+            sid, up = request.subscription_id, self.broker.uplink
+            if up is not None and sid not in self.broker.state.subscriptions and up.delegated(self.broker, sid):
+                return pb.UnsubscribeReply(routes_removed=await up.unsubscribe(self.broker, sid))
+            return pb.UnsubscribeReply(routes_removed=await self.broker.unsubscribe(sid))
         return await self._run(context, call)
 
     async def ChangeSubscription(self, request: pb.ChangeSubscriptionRequest, context: Any) -> pb.SubscribeReply:

@@ -81,6 +81,10 @@ class _SegmentKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_SegmentKi
     """entry border router -> exit border router"""
     SEGMENT_KIND_END: _SegmentKind.ValueType  # 3
     """entry border router -> subscriber's edge router"""
+    SEGMENT_KIND_CHANNEL: _SegmentKind.ValueType  # 4
+    """Capacity of an inter-cloud channel from_router -> to_router, held by the parent broker that
+    registered it (the lowest common ancestor of its clouds); key.cloud is "<cloud_a>><cloud_b>".
+    """
 
 class SegmentKind(_SegmentKind, metaclass=_SegmentKindEnumTypeWrapper): ...
 
@@ -91,6 +95,10 @@ SEGMENT_KIND_MID: SegmentKind.ValueType  # 2
 """entry border router -> exit border router"""
 SEGMENT_KIND_END: SegmentKind.ValueType  # 3
 """entry border router -> subscriber's edge router"""
+SEGMENT_KIND_CHANNEL: SegmentKind.ValueType  # 4
+"""Capacity of an inter-cloud channel from_router -> to_router, held by the parent broker that
+registered it (the lowest common ancestor of its clouds); key.cloud is "<cloud_a>><cloud_b>".
+"""
 Global___SegmentKind: _TypeAlias = SegmentKind  # noqa: Y015
 
 @_typing.final
@@ -156,6 +164,7 @@ class Publication(_message.Message):
     MIN_INTERVAL_MS_FIELD_NUMBER: _builtins.int
     VARIABLE_ID_FIELD_NUMBER: _builtins.int
     EDGE_ROUTER_FIELD_NUMBER: _builtins.int
+    CLOUD_FIELD_NUMBER: _builtins.int
     publisher: _builtins.str
     variable: _builtins.str
     interval_ms: _builtins.int
@@ -169,6 +178,8 @@ class Publication(_message.Message):
     """assigned by the leaf broker (read only)"""
     edge_router: _builtins.str
     """the publisher's edge router (read only: set by the proxy)"""
+    cloud: _builtins.str
+    """the publishing cloud (read only: set by parents on ResolveVariable)"""
     @_builtins.property
     def type(self) -> Global___ValueType: ...
     def __init__(
@@ -183,10 +194,11 @@ class Publication(_message.Message):
         min_interval_ms: _builtins.int = ...,
         variable_id: _builtins.int = ...,
         edge_router: _builtins.str = ...,
+        cloud: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["type", b"type"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["alert", b"alert", "edge_router", b"edge_router", "interval_ms", b"interval_ms", "min_interval_ms", b"min_interval_ms", "priority", b"priority", "publisher", b"publisher", "type", b"type", "variable", b"variable", "variable_id", b"variable_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alert", b"alert", "cloud", b"cloud", "edge_router", b"edge_router", "interval_ms", b"interval_ms", "min_interval_ms", b"min_interval_ms", "priority", b"priority", "publisher", b"publisher", "type", b"type", "variable", b"variable", "variable_id", b"variable_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1145,6 +1157,7 @@ class TopologyView(_message.Message):
     INTER_CLOUD_CHANNELS_FIELD_NUMBER: _builtins.int
     CHILDREN_FIELD_NUMBER: _builtins.int
     TOPOLOGY_VERSION_FIELD_NUMBER: _builtins.int
+    CLOUDS_FIELD_NUMBER: _builtins.int
     broker: _builtins.str
     parent: _builtins.str
     topology_version: _builtins.int
@@ -1156,6 +1169,10 @@ class TopologyView(_message.Message):
     def inter_cloud_channels(self) -> _containers.RepeatedCompositeFieldContainer[Global___InterCloudChannel]: ...
     @_builtins.property
     def children(self) -> _containers.RepeatedCompositeFieldContainer[Global___ChildBroker]: ...
+    @_builtins.property
+    def clouds(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """parent brokers: the leaf clouds of the subtree"""
+
     def __init__(
         self,
         *,
@@ -1166,10 +1183,11 @@ class TopologyView(_message.Message):
         inter_cloud_channels: _abc.Iterable[Global___InterCloudChannel] | None = ...,
         children: _abc.Iterable[Global___ChildBroker] | None = ...,
         topology_version: _builtins.int = ...,
+        clouds: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker", b"broker", "channels", b"channels", "children", b"children", "inter_cloud_channels", b"inter_cloud_channels", "parent", b"parent", "routers", b"routers", "topology_version", b"topology_version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker", b"broker", "channels", b"channels", "children", b"children", "clouds", b"clouds", "inter_cloud_channels", b"inter_cloud_channels", "parent", b"parent", "routers", b"routers", "topology_version", b"topology_version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

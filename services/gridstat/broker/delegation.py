@@ -1,0 +1,262 @@
+"""Inter-cloud subscriptions through the hierarchy (dissertation 3.1, 3.3.2): the parent broker and the leaf's uplink.
+
+A leaf that does not publish a variable hands the subscription to its parent
+(:class:`UpLink`, with ``subscription.cloud`` = the leaf). A parent that does not
+hold the publisher's cloud in its subtree forwards it up again (remembering it,
+so that the unsubscribe follows the same way). The lowest common ancestor plans
+(:mod:`.parent`) and reserves every piece in two phases: ReserveSegment on each
+cloud's segment and on each inter-cloud channel (at the broker that registered it),
+then CommitSegment on all of them, subscriber side first, or AbortSegment on all
+reserved ones if any piece fails, so nothing stays half-installed.
+
+Budgets: a first attempt splits the bound evenly (minimum crossing unknown); if a
+segment is refused for latency, everything is aborted and the split is retried once
+with each cloud's minimum learned from the refusal's offer or the reserved path,
+which gives the proportional split of :func:`parent.split_budgets`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import grpc
+
+from gridstat.broker import parent as plan
+from gridstat.broker.rejections import AdmissionRejected, Offer
+from gridstat.broker.state import ModeQoS, Unauthorized
+from gridstat.errors import ChannelUnavailable, GridStatError, NotFound
+from gridstat.v1 import broker_pb2 as pb
+from gridstat.v1 import broker_pb2_grpc as pb_grpc
+
+log = logging.getLogger(__name__)
+RPC_TIMEOUT_S = 10.0
+SEGMENT_TTL_MS = 30_000
+_KIND_PB = {plan.START: pb.SEGMENT_KIND_START, plan.MID: pb.SEGMENT_KIND_MID, plan.END: pb.SEGMENT_KIND_END}
+
+
+class Rejected(AdmissionRejected):
+    """A refusal relayed from another broker, keeping its reason and offer."""
+
+    def __init__(self, rej: pb.Rejection) -> None:
+        o = rej.offer
+        offer = Offer(o.best_latency_ms if o.HasField("best_latency_ms") else None,
+                      o.max_redundancy if o.HasField("max_redundancy") else None,
+                      o.min_interval_ms if o.HasField("min_interval_ms") else None)
+        super().__init__(rej.message, offer=offer, field=rej.field or None)
+        self.reason = rej.reason or "AdmissionRejected"
+
+    def __str__(self) -> str:
+        return Exception.__str__(self)
+
+
+class Peer:
+    """gRPC stubs of one broker (QoSBroker and Segments on the same address)."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self.channel = grpc.aio.insecure_channel(address)
+        self.broker = pb_grpc.QoSBrokerStub(self.channel)  # type: ignore[no-untyped-call]
+        self.segments = pb_grpc.SegmentsStub(self.channel)  # type: ignore[no-untyped-call]
+
+
+class Peers:
+    def __init__(self) -> None:
+        self._peers: dict[str, Peer] = {}
+
+    def __call__(self, address: str) -> Peer:
+        p = self._peers.get(address)
+        if p is None:
+            p = self._peers[address] = Peer(address)
+        return p
+
+    async def close(self) -> None:
+        for p in self._peers.values():
+            await p.channel.close()
+        self._peers.clear()
+
+
+def qos_pb(q: ModeQoS) -> pb.ModeQoS:
+    return pb.ModeQoS(mode=q.mode, interval_ms=q.interval_ms, latency_ms=int(q.latency_ms), redundancy=q.redundancy,
+                      priority=q.priority)
+
+
+@dataclass
+class Held:
+    """One reserved piece of an inter-cloud subscription: a cloud's segment or an inter-cloud channel."""
+
+    kind: str          # start | mid | end | channel
+    key_cloud: str     # the cloud, or "<cloud_a>><cloud_b>" for a channel
+    mode: int
+    via: str           # the child it was delegated to; "" = a channel registered at this broker
+    routers: list[str] = field(default_factory=list)
+    latency_ms: float = 0.0
+
+    def key(self, sid: str) -> pb.SegmentKey:
+        return pb.SegmentKey(subscription_id=sid, mode=self.mode, redundant_index=0, cloud=self.key_cloud)
+
+
+@dataclass
+class InterSub:
+    subscription_id: str
+    subscriber: str
+    variable: str
+    cloud: str
+    edge_router: str
+    qos: list[dict[str, Any]]
+    variable_id: int
+    pub_interval_ms: int
+    pub_cloud: str
+    type: bytes = b""
+    held: list[Held] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["type"] = self.type.hex()
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> InterSub:
+        held = [Held(**h) for h in d.pop("held")]
+        return cls(**{**d, "type": bytes.fromhex(d["type"]), "held": held})
+
+    def reply(self) -> pb.SubscribeReply:
+        t = pb.ValueType()
+        t.ParseFromString(self.type)
+        sub = pb.Subscription(subscription_id=self.subscription_id, subscriber=self.subscriber,
+                              variable=self.variable, type=t, edge_router=self.edge_router, cloud=self.cloud,
+                              qos=[qos_pb(ModeQoS(**q)) for q in self.qos])
+        allocations = []
+        for q in self.qos:
+            mine = [h for h in self.held if h.mode == q["mode"]]
+            routers = [r for h in mine for r in h.routers]
+            latency = sum(h.latency_ms for h in mine)
+            allocations.append(pb.Allocation(mode=q["mode"], paths=[pb.Path(routers=routers, latency_ms=latency)]))
+        return pb.SubscribeReply(admitted=True, subscription=sub, variable_id=self.variable_id,
+                                 pub_interval_ms=self.pub_interval_ms, allocations=allocations)
+
+
+async def reserve_pieces(peers: Peers, child_address: dict[str, str], child_clouds: dict[str, frozenset[str]],
+                         books: plan.InterCloudBooks, sub: InterSub, q: ModeQoS, hops: tuple[plan.Hop, ...],
+                         segments: tuple[plan.SegmentPlan, ...]) -> tuple[list[Held], list[GridStatError]]:
+    """Reserve all segments and channels of one mode concurrently; returns what was reserved and the refusals."""
+    sid = sub.subscription_id
+
+    async def segment(s: plan.SegmentPlan) -> Held:
+        child = plan.child_for(s.cloud, child_clouds)
+        if child is None:
+            raise NotFound(f"cloud {s.cloud!r} is not in this broker's subtree", field="cloud")
+        held = Held(s.kind, s.cloud, q.mode, child)
+        reply = await peers(child_address[child]).segments.ReserveSegment(pb.ReserveSegmentRequest(
+            key=held.key(sid), kind=_KIND_PB[s.kind], from_router=s.from_router, to_router=s.to_router,
+            next_channel=s.next_channel, variable_id=sub.variable_id, pub_interval_ms=sub.pub_interval_ms,
+            qos=qos_pb(q), latency_budget_ms=s.budget_ms, ttl_ms=SEGMENT_TTL_MS, variable=sub.variable),
+            timeout=RPC_TIMEOUT_S)
+        if not reply.reserved:
+            raise Rejected(reply.rejection)
+        held.routers, held.latency_ms = list(reply.path.routers), reply.path.latency_ms
+        return held
+
+    async def channel(h: plan.Hop) -> Held:
+        key_cloud = f"{h.src_cloud}>{h.dst_cloud}"
+        if books.owns(h):
+            books.reserve(f"{sid}.m{q.mode}.r0.{key_cloud}", q.mode, h, sub.variable_id, sub.pub_interval_ms,
+                          q.interval_ms)
+            return Held("channel", key_cloud, q.mode, "", [], h.latency_ms)
+        owner = plan.channel_owner(h.src_cloud, h.dst_cloud, child_clouds)
+        if owner is None:
+            raise NotFound(f"inter-cloud channel {h.name} is not registered here", field="channel")
+        held = Held("channel", key_cloud, q.mode, owner, [], h.latency_ms)
+        reply = await peers(child_address[owner]).segments.ReserveSegment(pb.ReserveSegmentRequest(
+            key=held.key(sid), kind=pb.SEGMENT_KIND_CHANNEL, from_router=h.src_router, to_router=h.dst_router,
+            variable_id=sub.variable_id, pub_interval_ms=sub.pub_interval_ms, qos=qos_pb(q),
+            ttl_ms=SEGMENT_TTL_MS, variable=sub.variable), timeout=RPC_TIMEOUT_S)
+        if not reply.reserved:
+            raise Rejected(reply.rejection)
+        return held
+
+    # Path order: segment, channel, segment, ... so that the concatenated routers read publisher first.
+    coros = []
+    for i, s in enumerate(segments):
+        coros.append(segment(s))
+        if i < len(hops):
+            coros.append(channel(hops[i]))
+    results = await asyncio.gather(*coros, return_exceptions=True)
+    held = [r for r in results if isinstance(r, Held)]
+    errors: list[GridStatError] = []
+    for r in results:
+        if isinstance(r, GridStatError):
+            errors.append(r)
+        elif isinstance(r, grpc.aio.AioRpcError):
+            errors.append(ChannelUnavailable(f"a broker did not answer: {r.details()}", field="segment"))
+        elif isinstance(r, BaseException):
+            raise r
+    return held, errors
+
+
+async def release_pieces(peers: Peers, child_address: dict[str, str], books: plan.InterCloudBooks, sid: str,
+                         held: list[Held]) -> int:
+    """Abort (reserved) or remove (committed) every piece; errors are logged, leaves expire what they miss."""
+    n = 0
+    for h in reversed(held):
+        if not h.via:
+            n += books.release(f"{sid}.m{h.mode}.r0.{h.key_cloud}", h.mode)
+            continue
+        try:
+            reply = await peers(child_address[h.via]).segments.AbortSegment(h.key(sid), timeout=RPC_TIMEOUT_S)
+            n += int(reply.ok)
+        except (grpc.aio.AioRpcError, KeyError) as exc:
+            log.warning("aborting %s %s of %s: %s", h.kind, h.key_cloud, sid, exc)
+    return n
+
+
+async def commit_pieces(peers: Peers, child_address: dict[str, str], sid: str, held: list[Held]) -> None:
+    """Commit subscriber side first, so downstream routes exist before upstream ones send."""
+    for h in reversed(held):
+        if h.via:
+            try:
+                await peers(child_address[h.via]).segments.CommitSegment(h.key(sid), timeout=RPC_TIMEOUT_S)
+            except grpc.aio.AioRpcError as exc:
+                raise ChannelUnavailable(f"committing {h.kind} {h.key_cloud}: {exc.details()}",
+                                         field="segment") from exc
+
+
+class UpLink:
+    """A leaf broker's parent: inter-cloud subscriptions go up, and their unsubscribes follow."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self.peers = Peers()
+
+    async def subscribe(self, broker: Any, s: pb.Subscription) -> pb.SubscribeReply:
+        """``broker`` is the LeafBroker: checks the subscriber, names the subscription, remembers it durably."""
+        client = broker.state.client("subscriber", s.subscriber)
+        if client.edge_router != s.edge_router:
+            raise Unauthorized(f"subscriber {s.subscriber!r} is registered at {client.edge_router!r}",
+                               field="edge_router")
+        async with broker.lock:
+            sid = s.subscription_id or broker.state.new_subscription_id()
+            with broker.store.transaction():
+                broker._save_counters()
+        up = pb.Subscription()
+        up.CopyFrom(s)
+        up.subscription_id, up.cloud = sid, broker.name
+        reply: pb.SubscribeReply = await self.peers(self.address).broker.Subscribe(
+            pb.SubscribeRequest(subscription=up), timeout=RPC_TIMEOUT_S * 3)
+        if reply.admitted:
+            broker.store.set_meta(f"delegated:{sid}", self.address)
+        return reply
+
+    def delegated(self, broker: Any, sid: str) -> bool:
+        return bool(broker.store.get_meta(f"delegated:{sid}"))
+
+    async def unsubscribe(self, broker: Any, sid: str) -> int:
+        reply: pb.UnsubscribeReply = await self.peers(self.address).broker.Unsubscribe(
+            pb.UnsubscribeRequest(subscription_id=sid), timeout=RPC_TIMEOUT_S * 3)
+        broker.store.set_meta(f"delegated:{sid}", "")
+        return int(reply.routes_removed)
+
+    async def close(self) -> None:
+        await self.peers.close()

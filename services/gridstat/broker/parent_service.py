@@ -1,0 +1,491 @@
+"""A parent QoS broker (dissertation 3.3.2) and its gRPC services, any depth of hierarchy.
+
+It serves the hierarchy part of QoSBroker (children, inter-cloud channels, inter-cloud
+subscriptions, topology, health) and Segments, which it forwards down to the child
+whose subtree holds ``key.cloud`` (or keeps, for ``SEGMENT_KIND_CHANNEL`` on a channel
+registered here). Its view of the subtree (leaf clouds per child, channels registered
+below) is read from the children's ``GetTopology`` when needed; what it decided is in
+``ParentStore`` and survives a restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict
+from typing import Any, TypeVar
+
+import grpc
+
+from gridstat.broker import parent as plan
+from gridstat.broker.delegation import (
+    RPC_TIMEOUT_S,
+    Held,
+    InterSub,
+    Peers,
+    commit_pieces,
+    release_pieces,
+    reserve_pieces,
+)
+from gridstat.broker.parent_store import ParentStore
+from gridstat.broker.rejections import NoFeasiblePath
+from gridstat.broker.service import ADMISSION_ERRORS, _abort, qos_from_pb, rejection
+from gridstat.errors import GridStatError, NotFound, TypeMismatch, UnknownVariable, ValidationError
+from gridstat.v1 import broker_pb2 as pb
+from gridstat.v1 import broker_pb2_grpc as pb_grpc
+
+T = TypeVar("T")
+_LEAF_ONLY = "is a leaf broker call; a parent broker does not own routers or clients"
+
+
+class ParentBroker:
+    def __init__(self, name: str, store: ParentStore, *, parent: str = "") -> None:
+        self.name, self.store, self.parent = name, store, parent
+        self.peers = Peers()
+        self.children: dict[str, pb.ChildBroker] = {}
+        self.child_clouds: dict[str, frozenset[str]] = {}
+        self.below: list[plan.InterChannel] = []
+        self.books = plan.InterCloudBooks()
+        self.subs: dict[str, InterSub] = {}
+        self.forwarded: dict[str, dict[str, Any]] = {}
+        #: channel reservations asked by an ancestor, not yet committed: key -> (deadline, stored document)
+        self.pending: dict[str, tuple[float, dict[str, Any]]] = {}
+        self.version = 0
+        self.lock = asyncio.Lock()
+        for d in store.all("child"):
+            self.children[d["name"]] = pb.ChildBroker(**d)
+        for d in store.all("channel"):
+            self.books.add(plan.InterChannel(**d))
+        for d in store.all("sub"):
+            s = InterSub.from_json(d)
+            self.subs[s.subscription_id] = s
+            for h in s.held:
+                if h.kind == "channel" and not h.via:
+                    self._reserve_local(f"{s.subscription_id}.m{h.mode}.r0.{h.key_cloud}", h, s)
+        for d in store.all("forwarded"):
+            self.forwarded[d["subscription_id"]] = d
+        for d in store.all("chanres"):
+            self.books.reserve(d["key"], d["mode"], plan.Hop(**d["hop"]), d["variable_id"], d["pub_interval_ms"],
+                               d["interval_ms"])
+
+    def _reserve_local(self, key: str, h: Held, s: InterSub) -> None:
+        ca, cb = h.key_cloud.split(">")
+        hop = next(x for ch in self.books.channels.values() for x in ch.hops()
+                   if x.src_cloud == ca and x.dst_cloud == cb)
+        q = next(q for q in s.qos if q["mode"] == h.mode)
+        self.books.reserve(key, h.mode, hop, s.variable_id, s.pub_interval_ms, q["interval_ms"])
+
+    async def stop(self) -> None:
+        await self.peers.close()
+        self.store.close()
+
+    def _addr(self) -> dict[str, str]:
+        return {n: c.address for n, c in self.children.items()}
+
+    # -- the subtree ---------------------------------------------------------------------------
+    async def refresh(self) -> None:
+        async def view(c: pb.ChildBroker) -> pb.TopologyView:
+            v: pb.TopologyView = await self.peers(c.address).broker.GetTopology(pb.GetTopologyRequest(),
+                                                                                timeout=RPC_TIMEOUT_S)
+            return v
+        kids = list(self.children.values())
+        views = await asyncio.gather(*(view(c) for c in kids), return_exceptions=True)
+        below: list[plan.InterChannel] = []
+        for c, v in zip(kids, views, strict=True):
+            if isinstance(v, BaseException):
+                continue  # unreachable child: keep what we knew
+            self.child_clouds[c.name] = frozenset([c.name] if c.leaf else v.clouds)
+            if not c.leaf:
+                below += [plan.InterChannel(x.cloud_a, x.router_a, x.cloud_b, x.router_b, float(x.bandwidth_bps),
+                                            x.latency_ms) for x in v.inter_cloud_channels]
+        self.below = below
+
+    def subtree(self) -> frozenset[str]:
+        return frozenset().union(*self.child_clouds.values()) if self.child_clouds else frozenset()
+
+    async def leaf_address(self, cloud: str) -> str:
+        """Walk down the subtree to the leaf broker of ``cloud``."""
+        kids = dict(self.children)
+        clouds = dict(self.child_clouds)
+        for _ in range(32):
+            name = plan.child_for(cloud, clouds)
+            if name is None:
+                break
+            child = kids[name]
+            if child.leaf:
+                return child.address
+            v = await self.peers(child.address).broker.GetTopology(pb.GetTopologyRequest(), timeout=RPC_TIMEOUT_S)
+            kids = {c.name: c for c in v.children}
+            clouds = {c.name: frozenset([c.name]) for c in v.children if c.leaf}
+            for c in v.children:
+                if not c.leaf:
+                    sub = await self.peers(c.address).broker.GetTopology(pb.GetTopologyRequest(),
+                                                                         timeout=RPC_TIMEOUT_S)
+                    clouds[c.name] = frozenset(sub.clouds)
+        raise NotFound(f"cloud {cloud!r} is not in the subtree of {self.name!r}", field="cloud")
+
+    # -- children and channels -----------------------------------------------------------------
+    async def add_child(self, c: pb.ChildBroker) -> None:
+        if not c.name or not c.address:
+            raise ValidationError("a child needs a name and an address", field="child")
+        health = await self.peers(c.address).broker.Health(pb.BrokerHealthRequest(), timeout=RPC_TIMEOUT_S)
+        child = pb.ChildBroker(name=c.name, address=c.address, leaf=health.leaf)
+        self.children[c.name] = child
+        self.store.put("child", c.name, {"name": c.name, "address": c.address, "leaf": health.leaf})
+        self.version += 1
+        await self.refresh()
+
+    async def remove_child(self, name: str) -> None:
+        if name not in self.children:
+            raise NotFound(f"no child broker {name!r}", field="name")
+        if any(h.via == name for s in self.subs.values() for h in s.held):
+            raise ValidationError(f"child {name!r} carries inter-cloud subscriptions", field="name")
+        del self.children[name]
+        self.child_clouds.pop(name, None)
+        self.store.delete("child", name)
+        self.version += 1
+
+    async def add_channel(self, c: pb.InterCloudChannel) -> None:
+        await self.refresh()
+        owner = plan.channel_owner(c.cloud_a, c.cloud_b, self.child_clouds)
+        if c.cloud_a == c.cloud_b:
+            raise ValidationError("an inter-cloud channel joins two different clouds", field="channel.cloud_b")
+        if owner is not None:  # both clouds below one child: the LCA is further down
+            await self.peers(self.children[owner].address).broker.AddInterCloudChannel(
+                pb.AddInterCloudChannelRequest(channel=c), timeout=RPC_TIMEOUT_S * 2)
+            return
+        ch = plan.InterChannel(c.cloud_a, c.router_a, c.cloud_b, c.router_b, float(c.bandwidth_bps), c.latency_ms)
+        addr_a, addr_b = await self.leaf_address(c.cloud_a), await self.leaf_address(c.cloud_b)
+        info: dict[str, pb.RouterInfo] = {}
+        for addr, router in ((addr_a, c.router_a), (addr_b, c.router_b)):
+            v = await self.peers(addr).broker.GetTopology(pb.GetTopologyRequest(), timeout=RPC_TIMEOUT_S)
+            found = [r for r in v.routers if r.name == router]
+            if not found:
+                raise NotFound(f"cloud {v.broker!r} has no router {router!r}", field="channel")
+            info[router] = found[0]
+        self.books.add(ch)  # validates (duplicates, bandwidth) before the leaves are touched
+        told: list[tuple[str, str, str]] = []
+        try:
+            for addr, (ca, ra, cb, rb) in ((addr_a, (c.cloud_a, c.router_a, c.cloud_b, c.router_b)),
+                                           (addr_b, (c.cloud_b, c.router_b, c.cloud_a, c.router_a))):
+                await self.peers(addr).broker.AddInterCloudChannel(pb.AddInterCloudChannelRequest(
+                    channel=pb.InterCloudChannel(cloud_a=ca, router_a=ra, cloud_b=cb, router_b=rb,
+                                                 bandwidth_bps=c.bandwidth_bps, latency_ms=c.latency_ms,
+                                                 router_b_event_address=info[rb].event_address,
+                                                 router_b_id=info[rb].router_id)), timeout=RPC_TIMEOUT_S)
+                told.append((addr, ra, rb))
+        except BaseException:
+            self.books.remove(c.router_a, c.router_b)
+            for addr, ra, rb in told:
+                await self.peers(addr).broker.RemoveInterCloudChannel(
+                    pb.RemoveInterCloudChannelRequest(router_a=ra, router_b=rb), timeout=RPC_TIMEOUT_S)
+            raise
+        self.store.put("channel", f"{c.router_a}|{c.router_b}", asdict(ch))
+        self.version += 1
+
+    async def remove_channel(self, router_a: str, router_b: str) -> None:
+        key = tuple(sorted((router_a, router_b)))
+        ch = self.books.channels.get((key[0], key[1]))
+        if ch is None:
+            for child in self.children.values():
+                if any({x.router_a, x.router_b} == {router_a, router_b} for x in self.below) and not child.leaf:
+                    await self.peers(child.address).broker.RemoveInterCloudChannel(
+                        pb.RemoveInterCloudChannelRequest(router_a=router_a, router_b=router_b),
+                        timeout=RPC_TIMEOUT_S)
+                    return
+            raise NotFound(f"no inter-cloud channel {router_a} - {router_b}", field="channel")
+        self.books.remove(ch.router_a, ch.router_b)
+        for cloud, ra, rb in ((ch.cloud_a, ch.router_a, ch.router_b), (ch.cloud_b, ch.router_b, ch.router_a)):
+            addr = await self.leaf_address(cloud)
+            await self.peers(addr).broker.RemoveInterCloudChannel(
+                pb.RemoveInterCloudChannelRequest(router_a=ra, router_b=rb), timeout=RPC_TIMEOUT_S)
+        self.store.delete("channel", f"{ch.router_a}|{ch.router_b}")
+        self.version += 1
+
+    # -- inter-cloud subscriptions ---------------------------------------------------------------
+    async def resolve(self, variable: str) -> pb.Publication | None:
+        for child in self.children.values():
+            try:
+                r = await self.peers(child.address).segments.ResolveVariable(
+                    pb.ResolveVariableRequest(variable=variable), timeout=RPC_TIMEOUT_S)
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNAVAILABLE,
+                                  grpc.StatusCode.DEADLINE_EXCEEDED):
+                    continue
+                raise
+            pub: pb.Publication = r.publication
+            if child.leaf:
+                pub.cloud = child.name
+            return pub
+        return None
+
+    async def subscribe(self, s: pb.Subscription) -> pb.SubscribeReply:
+        if not s.subscription_id or not s.cloud or not s.qos:
+            raise ValidationError("a delegated subscription needs its id, cloud and qos", field="subscription")
+        qos = [qos_from_pb(q) for q in s.qos]
+        if s.subscription_id in self.subs:
+            return self.subs[s.subscription_id].reply()
+        await self.refresh()
+        pub = await self.resolve(s.variable)
+        action = plan.decide(pub.cloud if pub else None, s.cloud, self.subtree(), has_parent=bool(self.parent))
+        if action == "unknown":
+            raise UnknownVariable(f"no cloud under {self.name!r} publishes {s.variable!r}", field="variable")
+        if action == "up":
+            reply: pb.SubscribeReply = await self.peers(self.parent).broker.Subscribe(
+                pb.SubscribeRequest(subscription=s), timeout=RPC_TIMEOUT_S * 3)
+            if reply.admitted:
+                doc = {"subscription_id": s.subscription_id, "subscriber": s.subscriber, "cloud": s.cloud}
+                self.forwarded[s.subscription_id] = doc
+                self.store.put("forwarded", s.subscription_id, doc)
+            return reply
+        assert pub is not None
+        if s.type.kind and s.type != pub.type:
+            raise TypeMismatch(f"{s.variable!r} is published with another type", field="type")
+        for q in qos:
+            plan.check_redundancy(q.redundancy)
+        sub = InterSub(s.subscription_id, s.subscriber, s.variable, s.cloud, s.edge_router,
+                       [asdict(q) for q in qos], pub.variable_id, pub.interval_ms, pub.cloud,
+                       pub.type.SerializeToString())
+        async with self.lock:
+            try:
+                for q in qos:
+                    sub.held += await self._admit_mode(sub, q, pub.edge_router)
+                await commit_pieces(self.peers, self._addr(), sub.subscription_id, sub.held)
+            except BaseException:
+                await release_pieces(self.peers, self._addr(), self.books, sub.subscription_id, sub.held)
+                raise
+            self.subs[sub.subscription_id] = sub
+            self.store.put("sub", sub.subscription_id, sub.to_json())
+        return sub.reply()
+
+    async def _admit_mode(self, sub: InterSub, q: Any, publisher_edge: str) -> list[Held]:
+        minimum: dict[str, float] = {}
+        channels = [*self.books.channels.values(), *self.below]
+        for attempt in (0, 1):
+            usable = self.books.usable(q.mode, sub.variable_id, sub.pub_interval_ms, q.interval_ms)
+            hops = plan.cloud_path(channels, sub.pub_cloud, sub.cloud, usable=usable, crossing=minimum)
+            if hops is None:  # reserving the unfiltered path names the full channel (CapacityExceeded)
+                hops = plan.cloud_path(channels, sub.pub_cloud, sub.cloud, crossing=minimum)
+            if hops is None:
+                raise NoFeasiblePath(f"no inter-cloud channels join {sub.pub_cloud!r} to {sub.cloud!r}",
+                                          field="cloud")
+            budgets = plan.split_budgets(q.latency_ms, sub.pub_cloud, hops, minimum)
+            segments = plan.plan_segments(sub.pub_cloud, hops, budgets, publisher_edge=publisher_edge,
+                                          subscriber_edge=sub.edge_router, subscriber=sub.subscriber)
+            held, errors = await reserve_pieces(self.peers, self._addr(), self.child_clouds, self.books, sub, q,
+                                                hops, segments)
+            if not errors:
+                return held
+            await release_pieces(self.peers, self._addr(), self.books, sub.subscription_id, held)
+            latency = [e for e in errors if e.reason == "LatencyUnattainable"]
+            if attempt == 1 or len(latency) != len(errors):
+                raise errors[0]
+            minimum = {h.key_cloud: h.latency_ms for h in held if h.kind != "channel"}
+            for e, s in zip(errors, [s for s in segments if s.cloud not in minimum], strict=False):
+                best = getattr(e, "offer", None)
+                if best is not None and best.best_latency_ms is not None:
+                    minimum[s.cloud] = best.best_latency_ms
+        raise AssertionError("unreachable")
+
+    async def unsubscribe(self, sid: str) -> int:
+        if sid in self.subs:
+            async with self.lock:
+                sub = self.subs.pop(sid)
+                n = await release_pieces(self.peers, self._addr(), self.books, sid, sub.held)
+                self.store.delete("sub", sid)
+            return n
+        if sid in self.forwarded:
+            reply = await self.peers(self.parent).broker.Unsubscribe(pb.UnsubscribeRequest(subscription_id=sid),
+                                                                     timeout=RPC_TIMEOUT_S * 3)
+            del self.forwarded[sid]
+            self.store.delete("forwarded", sid)
+            return int(reply.routes_removed)
+        raise NotFound(f"no inter-cloud subscription {sid!r} at {self.name!r}", field="subscription_id")
+
+    # -- segments asked by an ancestor -------------------------------------------------------------
+    def _expire(self) -> None:
+        now = time.monotonic()
+        for key in [k for k, (d, _) in self.pending.items() if d <= now]:
+            del self.pending[key]
+            mode = int(key.split(".m")[-1].split(".")[0])
+            self.books.release(key, mode)
+
+    def route(self, key: pb.SegmentKey) -> tuple[str | None, str]:
+        """The child a segment key goes to (None: a channel registered here) and the local reservation key."""
+        local = f"{key.subscription_id}.m{key.mode}.r{key.redundant_index}.{key.cloud}"
+        if ">" in key.cloud:
+            ca, cb = key.cloud.split(">", 1)
+            return plan.channel_owner(ca, cb, self.child_clouds), local
+        child = plan.child_for(key.cloud, self.child_clouds)
+        if child is None:
+            raise NotFound(f"cloud {key.cloud!r} is not under {self.name!r}", field="key.cloud")
+        return child, local
+
+    def reserve_channel(self, r: pb.ReserveSegmentRequest, local: str) -> pb.ReserveSegmentReply:
+        self._expire()
+        ca, cb = r.key.cloud.split(">", 1)
+        hop = next((x for ch in self.books.channels.values() for x in ch.hops()
+                    if (x.src_cloud, x.src_router, x.dst_cloud, x.dst_router) == (ca, r.from_router, cb,
+                                                                                  r.to_router)), None)
+        if hop is None:
+            raise NotFound(f"no inter-cloud channel {r.from_router}->{r.to_router} at {self.name!r}", field="key")
+        try:
+            self.books.reserve(local, r.key.mode, hop, r.variable_id, r.pub_interval_ms, r.qos.interval_ms)
+        except ADMISSION_ERRORS as exc:
+            return pb.ReserveSegmentReply(reserved=False, rejection=rejection(exc))
+        self.pending[local] = (time.monotonic() + (r.ttl_ms or 10_000) / 1000,
+                               {"key": local, "mode": r.key.mode, "hop": asdict(hop), "variable_id": r.variable_id,
+                                "pub_interval_ms": r.pub_interval_ms, "interval_ms": r.qos.interval_ms})
+        return pb.ReserveSegmentReply(reserved=True, path=pb.Path(latency_ms=hop.latency_ms))
+
+    def finish_channel(self, key: pb.SegmentKey, local: str, *, commit: bool) -> bool:
+        self._expire()
+        pending = self.pending.pop(local, None)
+        if commit:
+            if pending is None and local not in self.books.reservations(key.mode).held:
+                raise NotFound(f"no reserved channel {local!r} (aborted or expired)", field="key")
+            if pending is not None:
+                self.store.put("chanres", local, pending[1])
+            return True
+        self.store.delete("chanres", local)
+        return self.books.release(local, key.mode)
+
+    def view(self) -> pb.TopologyView:
+        own = [pb.InterCloudChannel(cloud_a=c.cloud_a, router_a=c.router_a, cloud_b=c.cloud_b, router_b=c.router_b,
+                                    bandwidth_bps=int(c.bandwidth_bps), latency_ms=c.latency_ms)
+               for c in self.books.channels.values()]
+        below = [pb.InterCloudChannel(cloud_a=c.cloud_a, router_a=c.router_a, cloud_b=c.cloud_b, router_b=c.router_b,
+                                      bandwidth_bps=int(c.bandwidth_bps), latency_ms=c.latency_ms) for c in self.below]
+        return pb.TopologyView(broker=self.name, parent=self.parent, children=list(self.children.values()),
+                               inter_cloud_channels=own + below, topology_version=self.version,
+                               clouds=sorted(self.subtree()))
+
+
+class ParentServicer(pb_grpc.QoSBrokerServicer):
+    def __init__(self, broker: ParentBroker) -> None:
+        self.broker = broker
+
+    async def _run(self, context: Any, call: Callable[[], Awaitable[T]]) -> T:
+        try:
+            return await call()
+        except GridStatError as exc:
+            await _abort(context, exc)
+            raise AssertionError("unreachable: abort raises") from exc
+
+    async def _leaf_only(self, request: Any, context: Any) -> Any:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"{type(request).__name__[:-7]} {_LEAF_ONLY}")
+
+    RegisterClient = UnregisterClient = RegisterPublication = UnregisterPublication = _leaf_only
+    ChangeSubscription = ListPublications = AddRouter = RemoveRouter = AddChannel = RemoveChannel = _leaf_only
+
+    def _topology_reply(self) -> pb.TopologyReply:
+        return pb.TopologyReply(topology_version=self.broker.version)
+
+    async def Subscribe(self, request: pb.SubscribeRequest, context: Any) -> pb.SubscribeReply:
+        async def call() -> pb.SubscribeReply:
+            try:
+                return await self.broker.subscribe(request.subscription)
+            except ADMISSION_ERRORS as exc:
+                return pb.SubscribeReply(admitted=False, subscription=request.subscription, rejection=rejection(exc))
+            except GridStatError as exc:
+                if exc.reason in ("NoFeasiblePath", "LatencyUnattainable", "CapacityExceeded"):
+                    return pb.SubscribeReply(admitted=False, subscription=request.subscription,
+                                             rejection=rejection(exc))
+                raise
+        return await self._run(context, call)
+
+    async def Unsubscribe(self, request: pb.UnsubscribeRequest, context: Any) -> pb.UnsubscribeReply:
+        async def call() -> pb.UnsubscribeReply:
+            return pb.UnsubscribeReply(routes_removed=await self.broker.unsubscribe(request.subscription_id))
+        return await self._run(context, call)
+
+    async def ListSubscriptions(self, request: pb.ListSubscriptionsRequest,
+                                context: Any) -> pb.ListSubscriptionsReply:
+        who = request.subscriber
+        return pb.ListSubscriptionsReply(subscriptions=[s.reply() for s in self.broker.subs.values()
+                                                        if not who or s.subscriber == who])
+
+    async def AddChildBroker(self, request: pb.AddChildBrokerRequest, context: Any) -> pb.TopologyReply:
+        async def call() -> pb.TopologyReply:
+            await self.broker.add_child(request.child)
+            return self._topology_reply()
+        return await self._run(context, call)
+
+    async def RemoveChildBroker(self, request: pb.RemoveChildBrokerRequest, context: Any) -> pb.TopologyReply:
+        async def call() -> pb.TopologyReply:
+            await self.broker.remove_child(request.name)
+            return self._topology_reply()
+        return await self._run(context, call)
+
+    async def AddInterCloudChannel(self, request: pb.AddInterCloudChannelRequest, context: Any) -> pb.TopologyReply:
+        async def call() -> pb.TopologyReply:
+            await self.broker.add_channel(request.channel)
+            return self._topology_reply()
+        return await self._run(context, call)
+
+    async def RemoveInterCloudChannel(self, request: pb.RemoveInterCloudChannelRequest,
+                                      context: Any) -> pb.TopologyReply:
+        async def call() -> pb.TopologyReply:
+            await self.broker.remove_channel(request.router_a, request.router_b)
+            return self._topology_reply()
+        return await self._run(context, call)
+
+    async def GetTopology(self, request: pb.GetTopologyRequest, context: Any) -> pb.TopologyView:
+        await self.broker.refresh()
+        return self.broker.view()
+
+    async def Health(self, request: pb.BrokerHealthRequest, context: Any) -> pb.BrokerHealthReply:
+        return pb.BrokerHealthReply(serving=True, broker=self.broker.name, leaf=False,
+                                    subscriptions=len(self.broker.subs))
+
+
+class ParentSegmentsServicer(pb_grpc.SegmentsServicer):
+    """Segments from an ancestor: forwarded to the child holding ``key.cloud``, or a channel registered here."""
+
+    def __init__(self, broker: ParentBroker) -> None:
+        self.broker = broker
+        self._run = ParentServicer(broker)._run
+
+    async def _route(self, key: pb.SegmentKey) -> tuple[str | None, str]:
+        try:
+            return self.broker.route(key)
+        except GridStatError:
+            await self.broker.refresh()
+            return self.broker.route(key)
+
+    async def ReserveSegment(self, request: pb.ReserveSegmentRequest, context: Any) -> pb.ReserveSegmentReply:
+        async def call() -> pb.ReserveSegmentReply:
+            child, local = await self._route(request.key)
+            if child is None:
+                return self.broker.reserve_channel(request, local)
+            reply: pb.ReserveSegmentReply = await self.broker.peers(self.broker.children[child].address) \
+                .segments.ReserveSegment(request, timeout=RPC_TIMEOUT_S)
+            return reply
+        return await self._run(context, call)
+
+    async def _finish(self, request: pb.SegmentKey, context: Any, *, commit: bool) -> pb.SegmentReply:
+        async def call() -> pb.SegmentReply:
+            child, local = await self._route(request)
+            if child is None:
+                return pb.SegmentReply(ok=self.broker.finish_channel(request, local, commit=commit))
+            seg = self.broker.peers(self.broker.children[child].address).segments
+            reply: pb.SegmentReply = await (seg.CommitSegment if commit else seg.AbortSegment)(
+                request, timeout=RPC_TIMEOUT_S)
+            return reply
+        return await self._run(context, call)
+
+    async def CommitSegment(self, request: pb.SegmentKey, context: Any) -> pb.SegmentReply:
+        return await self._finish(request, context, commit=True)
+
+    async def AbortSegment(self, request: pb.SegmentKey, context: Any) -> pb.SegmentReply:
+        return await self._finish(request, context, commit=False)
+
+    async def ResolveVariable(self, request: pb.ResolveVariableRequest, context: Any) -> pb.RegisterPublicationReply:
+        async def call() -> pb.RegisterPublicationReply:
+            pub = await self.broker.resolve(request.variable)
+            if pub is None:
+                raise UnknownVariable(f"no cloud under {self.broker.name!r} publishes {request.variable!r}",
+                                      field="variable")
+            return pb.RegisterPublicationReply(publication=pub)
+        return await self._run(context, call)

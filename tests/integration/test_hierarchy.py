@@ -1,0 +1,136 @@
+"""Three levels of real QoS brokers over real routers: an inter-cloud subscription through the LCA.
+
+       R                  inter-cloud channels: A-B registered at P1, B-C registered at R
+     /   \\
+   P1     P2             each leaf cloud X: edge router eX - border router bX (1 ms)
+  /  \\     \\
+ A    B     C            publisher in A, subscriber in C: path A -> B -> C, admitted by R
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gridstat.v1 import broker_pb2 as bpb
+from gridstat.v1 import router_pb2 as rpb
+
+from .brokerprocs import BrokerProc, add_link, add_router, start_broker, wait_for
+from .routerprocs import RouterProc, start_router
+from .test_leaf_broker import Feed, Sink
+
+pytestmark = pytest.mark.integration
+
+CLOUDS = {"A": 1, "B": 2, "C": 3}
+
+
+@contextlib.contextmanager
+def hierarchy(tmp: Path) -> Iterator[tuple[dict[str, BrokerProc], dict[str, RouterProc]]]:
+    brokers: dict[str, BrokerProc] = {}
+    routers: dict[str, RouterProc] = {}
+    try:
+        brokers["R"] = start_broker("R", str(tmp / "R.sqlite"), extra=("--role", "parent"))
+        for p in ("P1", "P2"):
+            brokers[p] = start_broker(p, str(tmp / f"{p}.sqlite"), extra=("--role", "parent", "--parent",
+                                                                         brokers["R"].address))
+        for cloud, k in CLOUDS.items():
+            parent = brokers["P1" if cloud in "AB" else "P2"]
+            leaf = brokers[cloud] = start_broker(cloud, str(tmp / f"{cloud}.sqlite"), extra=(
+                "--variable-id-base", str(1_000_000 * k), "--parent", parent.address))
+            for name, rid, role in ((f"e{cloud}", 10 * k + 1, "edge"), (f"b{cloud}", 10 * k + 2, "border")):
+                routers[name] = start_router(name, rid, role=role)
+                add_router(leaf, routers[name], role)
+            add_link(leaf, f"e{cloud}", f"b{cloud}", latency_ms=1.0)
+            parent.stub.AddChildBroker(bpb.AddChildBrokerRequest(child=bpb.ChildBroker(
+                name=cloud, address=leaf.address)), timeout=10)
+        for p in ("P1", "P2"):
+            brokers["R"].stub.AddChildBroker(bpb.AddChildBrokerRequest(child=bpb.ChildBroker(
+                name=p, address=brokers[p].address)), timeout=10)
+        for at, (ca, cb) in (("P1", ("A", "B")), ("R", ("B", "C"))):
+            brokers[at].stub.AddInterCloudChannel(bpb.AddInterCloudChannelRequest(channel=bpb.InterCloudChannel(
+                cloud_a=ca, router_a=f"b{ca}", cloud_b=cb, router_b=f"b{cb}", bandwidth_bps=100_000_000,
+                latency_ms=2.0)), timeout=20)
+        yield brokers, routers
+    finally:
+        for b in brokers.values():
+            b.stop()
+        for r in routers.values():
+            r.stop()
+
+
+def routes(r: RouterProc) -> int:
+    return int(r.stub.Health(rpb.HealthRequest(), timeout=2).routes)
+
+
+def subscribe(leaf: BrokerProc, subscriber: str, latency_ms: int) -> bpb.SubscribeReply:
+    reply: bpb.SubscribeReply = leaf.stub.Subscribe(bpb.SubscribeRequest(subscription=bpb.Subscription(
+        subscriber=subscriber, variable="pmu1/freq", type=bpb.ValueType(kind=bpb.VALUE_KIND_FLOAT), edge_router="eC",
+        qos=[bpb.ModeQoS(mode=0, interval_ms=10, latency_ms=latency_ms)])), timeout=60)
+    return reply
+
+
+def test_inter_cloud_subscription_through_three_levels(tmp_path: Path) -> None:
+    sink, other = Sink(), Sink()
+    try:
+        with hierarchy(tmp_path) as (brokers, routers):
+            a, c, root = brokers["A"], brokers["C"], brokers["R"]
+            assert sorted(root.stub.GetTopology(bpb.GetTopologyRequest(), timeout=10).clouds) == ["A", "B", "C"]
+            pub = a.stub.RegisterClient(bpb.RegisterClientRequest(
+                name="pmu1", kind=bpb.CLIENT_KIND_PUBLISHER, edge_router="eA", first_time=True), timeout=5)
+            var = a.stub.RegisterPublication(bpb.RegisterPublicationRequest(publication=bpb.Publication(
+                publisher="pmu1", variable="freq", type=bpb.ValueType(kind=bpb.VALUE_KIND_FLOAT), interval_ms=10,
+                edge_router="eA")), timeout=5).publication.variable_id
+            assert var >= 1_000_000
+            for name, s in (("ems", sink), ("ems2", other)):
+                c.stub.RegisterClient(bpb.RegisterClientRequest(
+                    name=name, kind=bpb.CLIENT_KIND_SUBSCRIBER, edge_router="eC", host="127.0.0.1", port=s.port,
+                    first_time=True), timeout=5)
+
+            reply = subscribe(c, "ems", 50)
+            assert reply.admitted, reply.rejection
+            sid = reply.subscription.subscription_id
+            assert sid.startswith("C-s") and reply.variable_id == var
+            path = reply.allocations[0].paths[0]
+            assert list(path.routers) == ["eA", "bA", "bB", "bC", "eC"]
+            assert path.latency_ms == pytest.approx(3 + 2 + 1 + 2 + 3)  # 2 links x 2 ms + 5 routers + 2 x 1 ms
+            assert [s.subscription.subscription_id for s in root.stub.ListSubscriptions(
+                bpb.ListSubscriptionsRequest(), timeout=5).subscriptions] == [sid]
+            assert all(routes(routers[n]) == 1 for n in ("eA", "bA", "bB", "bC", "eC"))
+
+            feed = Feed(routers["eA"].port, pub.client_id, var)
+            try:
+                assert wait_for(lambda: len(sink.events) > 10, timeout_s=10)
+            finally:
+                feed.stop()
+            assert {v for v, _ in sink.events} == {var}
+
+            # Infeasible: 4 ms between clouds + 3 ms per end cloud + 1 ms through B > 8 ms.
+            before = {n: routes(r) for n, r in routers.items()}
+            bad = subscribe(c, "ems2", 8)
+            assert not bad.admitted and bad.rejection.reason == "LatencyUnattainable", bad
+            assert bad.rejection.offer.best_latency_ms == pytest.approx(11.0)
+            assert {n: routes(r) for n, r in routers.items()} == before
+            for leaf in ("A", "B", "C"):
+                subs = brokers[leaf].stub.ListSubscriptions(bpb.ListSubscriptionsRequest(), timeout=5).subscriptions
+                assert len(subs) == 1, (leaf, subs)
+            assert len(root.stub.ListSubscriptions(bpb.ListSubscriptionsRequest(), timeout=5).subscriptions) == 1
+
+            # The root restarts on its state file and port: it still holds the subscription.
+            root.stop()
+            brokers["R"] = root = start_broker("R", root.state, port=root.port, extra=("--role", "parent"))
+            kept = root.stub.ListSubscriptions(bpb.ListSubscriptionsRequest(), timeout=5).subscriptions
+            assert [s.subscription.subscription_id for s in kept] == [sid]
+            assert list(kept[0].allocations[0].paths[0].routers) == ["eA", "bA", "bB", "bC", "eC"]
+
+            # Unsubscribing at C's leaf goes up to R, which removes the segments in all clouds.
+            assert c.stub.Unsubscribe(bpb.UnsubscribeRequest(subscription_id=sid), timeout=30).routes_removed >= 3
+            assert wait_for(lambda: all(routes(r) == 0 for r in routers.values()), timeout_s=10)
+            assert root.stub.ListSubscriptions(bpb.ListSubscriptionsRequest(), timeout=5).subscriptions == []
+            time.sleep(0.1)
+    finally:
+        sink.close()
+        other.close()

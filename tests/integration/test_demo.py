@@ -1,4 +1,5 @@
-"""``gridstat up``: the embedded example utility runs, delivers every subscription, and cleans up."""
+"""``gridstat up``: the example utility on the real management plane (leaf brokers, parent broker when
+available, edge-proxied clients) delivers every admitted subscription, shows refusals, and cleans up."""
 
 from __future__ import annotations
 
@@ -13,16 +14,17 @@ from pathlib import Path
 import psutil
 import pytest
 
-from gridstat.demo.planner import expected_rate
 from gridstat.demo.topology import DEFAULT_TOPOLOGY_PATH, load_topology
 
 pytestmark = pytest.mark.integration
 
 ROUTER_RE = re.compile(r"^\s+router name=(\S+) role=\S+ cloud=\S+ pid=(\d+) port=\d+ control_port=\d+$", re.M)
+BROKER_RE = re.compile(r"^\s+broker name=(\S+) role=(leaf|parent) pid=(\d+) port=\d+$", re.M)
 KV_RE = re.compile(r"(\w+)=(\S+)")
+DURATION = 8
 
 
-def gridstat(*args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
+def gridstat(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "COLUMNS": "200"}
     return subprocess.run([sys.executable, "-m", "gridstat.cli.main", *args], capture_output=True, text=True,
                           timeout=timeout, env=env)
@@ -36,23 +38,28 @@ def final_block(stdout: str) -> list[dict[str, str]]:
             for line in tail.splitlines()[1:] if line.startswith("  ")]
 
 
+def child_pids(stdout: str) -> list[int]:
+    """Pids of every broker and router, as printed at start."""
+    return [int(pid) for _, pid in ROUTER_RE.findall(stdout)] + [int(m[2]) for m in BROKER_RE.findall(stdout)]
+
+
 def assert_reaped(pids: list[int]) -> None:
     deadline = time.monotonic() + 5
     for pid in pids:
         while True:
             try:
                 proc = psutil.Process(pid)
-                alive = proc.status() != psutil.STATUS_ZOMBIE and "router" in proc.cmdline()
+                alive = proc.status() != psutil.STATUS_ZOMBIE and "gridstat.cli.main" in proc.cmdline()
             except psutil.NoSuchProcess:
                 alive = False
             if not alive:
                 break
-            assert time.monotonic() < deadline, f"router process {pid} is still running"
+            assert time.monotonic() < deadline, f"child process {pid} is still running: {proc.cmdline()}"
             time.sleep(0.1)
 
 
-def test_up_runs_the_default_utility_and_stops_cleanly() -> None:
-    result = gridstat("up", "--duration", "6")
+def test_up_runs_the_default_utility_on_the_brokers_and_stops_cleanly() -> None:
+    result = gridstat("up", "--duration", str(DURATION))
     out = result.stdout
     assert result.returncode == 0, f"exit {result.returncode}\nstdout:\n{out}\nstderr:\n{result.stderr}"
     assert "Traceback" not in result.stderr, result.stderr
@@ -60,28 +67,55 @@ def test_up_runs_the_default_utility_and_stops_cleanly() -> None:
     topology = load_topology()
     routers = dict(ROUTER_RE.findall(out))
     assert set(routers) == {r.name for r in topology.routers}
-    assert_reaped([int(pid) for pid in routers.values()])
-    assert f"stopped {len(topology.routers)} router processes;" in out  # every router exited 0
+    brokers = {name: role for name, role, _ in BROKER_RE.findall(out)}
+    with_parent = "parent" in brokers.values()
+    assert {n for n, role in brokers.items() if role == "leaf"} == set(topology.clouds)
+    assert_reaped(child_pids(out))
+    # every router and broker exited 0
+    assert f"stopped {len(topology.routers)} router and {len(brokers)} broker processes;" in out
 
     rows = final_block(out)
     subs = {r["name"]: r for r in rows if r["_kind"] == "sub"}
+    broker_rows = {r["name"]: r for r in rows if r["_kind"] == "broker"}
     assert set(subs) == {s.name for s in topology.subscriptions}
+    assert set(broker_rows) == set(brokers)
+    held = {name for b in broker_rows.values() for name in b["held"].split(",") if name != "-"}
+    for b in broker_rows.values():
+        assert b["state"] == "up" and b["routers_down"] == "0", b
     for spec in topology.subscriptions:
         row = subs[spec.name]
-        want = expected_rate(spec, topology)
-        assert int(row["delivered"]) > 0, row
+        if row["status"] != "admitted":
+            # Only an inter-cloud subscription of a build without the parent broker may be refused,
+            # and the refusal carries the broker's machine-readable reason.
+            assert not with_parent and topology.crosses_clouds(spec), row
+            assert row["status"] == "rejected" and row["reason"] not in ("", "-"), row
+            assert row["delivered"] == "0" and row["held_by"] == "-", row
+            assert f"subscription name={spec.name} var={spec.variable} REJECTED reason={row['reason']}" in out
+            continue
+        assert spec.name in held and row["held_by"] != "-", row   # the brokers report it
+        want = topology.expected_rate(spec)
         assert float(row["expected_per_s"]) == pytest.approx(want, abs=0.01)
         rate = float(row["rate_per_s"])
         assert 0.6 * want <= rate <= 1.4 * want, (spec.name, rate, want)
         # about duration x rate events, minus startup; generous for a loaded CI machine
-        assert int(row["delivered"]) >= 0.5 * 6 * want - 2, row
+        assert int(row["delivered"]) >= 0.5 * DURATION * want - 2, row
+        paths = row["route"].split("|")
+        assert int(row["paths"]) == len(paths) == spec.redundancy, row
+        for p in paths:
+            hops = p.split(">")
+            assert hops[0] == topology.publisher_of(spec.variable).edge and hops[-1] == spec.edge, row
         if spec.redundancy == 2:
-            assert row["paths"] == "2"
-            # the second path delivers a copy of (almost) every event, and never more than one
+            a, b = (p.split(">") for p in paths)
+            assert not set(a[1:-1]) & set(b[1:-1]), row  # node-disjoint interiors
+            # the second path delivers a copy of (almost) every event, and the SDK suppresses it
             assert 0.5 * int(row["delivered"]) < int(row["duplicates"]) <= int(row["delivered"]), row
         else:
-            assert row["paths"] == "1"
             assert row["duplicates"] == "0", row  # one path, and no instant published twice
+    admitted = [s for s in subs.values() if s["status"] == "admitted"]
+    assert any(s["paths"] == "2" for s in admitted), "the redundancy-2 subscription was not admitted"
+    if with_parent:
+        assert len(admitted) == len(topology.subscriptions)
+    assert sum(int(b["subscriptions"]) for b in broker_rows.values()) >= len(admitted)  # QoSBroker.Health
     router_rows = {r["name"]: r for r in rows if r["_kind"] == "router"}
     assert set(router_rows) == set(routers)
     assert sum(int(r["forwarded"]) for r in router_rows.values()) > 0
@@ -98,14 +132,16 @@ def test_up_stops_on_sigterm_and_sigint() -> None:
             if "publishers sending" in line:
                 break
         time.sleep(1.0)
+        printed = child_pids("".join(lines))
         children = [p.pid for p in psutil.Process(proc.pid).children()]
-        assert len(children) == 10
+        assert sorted(children) == sorted(printed)
+        assert len(printed) >= 12  # 10 routers, 2 leaf brokers (and the parent when there is one)
         proc.send_signal(sig)
-        out, err = proc.communicate(timeout=30)
+        out, err = proc.communicate(timeout=60)
         assert proc.returncode == 0, f"{sig.name}: exit {proc.returncode}\n{err}"
         assert f"FINAL (stopped by {sig.name})" in out
         assert "variant=sparse" in out
-        assert_reaped(children)
+        assert_reaped(printed)
 
 
 def test_bad_topology_exits_2_naming_file_line_and_field(tmp_path: Path) -> None:
@@ -119,3 +155,41 @@ def test_bad_topology_exits_2_naming_file_line_and_field(tmp_path: Path) -> None
     assert result.returncode == 2, result
     assert f"{path}:{line}: links[11].b: unknown router 'r9'" in result.stderr
     assert result.stdout == ""
+
+
+def test_bad_router_capacity_exits_2(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    default = DEFAULT_TOPOLOGY_PATH.read_text()
+    bad = default.replace("{name: a-int2, role: internal, cloud: A}",
+                          "{name: a-int2, role: internal, cloud: A, capacity_eps: 0}")
+    assert bad != default
+    path.write_text(bad)
+    line = next(i for i, t in enumerate(bad.splitlines(), start=1) if "capacity_eps: 0" in t)
+    result = gridstat("up", str(path), timeout=30)
+    assert result.returncode == 2, result
+    assert f"{path}:{line}: routers[3].capacity_eps: 0 is out of range" in result.stderr
+
+
+def test_refused_subscriptions_are_shown_with_reason_and_offer_and_the_rest_runs(tmp_path: Path) -> None:
+    """Without the parent broker the inter-cloud subscriptions are refused by their leaf; a bound below
+    the best path's latency is refused with the offer of that latency. The others still deliver."""
+    path = tmp_path / "tight.yaml"
+    path.write_text(DEFAULT_TOPOLOGY_PATH.read_text() + "  - {name: too-tight, edge: a-edge2, variable: pmu-a1/vmag, "
+                    "interval_ms: 17, latency_ms: 1}\n")
+    topology = load_topology(path)
+    result = gridstat("up", str(path), "--no-parent", "--duration", "4")
+    out = result.stdout
+    assert result.returncode == 0, f"exit {result.returncode}\nstdout:\n{out}\nstderr:\n{result.stderr}"
+    assert not [role for _, role, _ in BROKER_RE.findall(out) if role == "parent"]
+    assert_reaped(child_pids(out))
+    subs = {r["name"]: r for r in final_block(out) if r["_kind"] == "sub"}
+    tight = subs["too-tight"]
+    assert (tight["status"], tight["reason"]) == ("rejected", "LatencyUnattainable"), tight
+    assert tight["offer"].startswith("best_latency_ms="), tight
+    for spec in topology.subscriptions:
+        row = subs[spec.name]
+        if topology.crosses_clouds(spec):
+            assert row["status"] == "rejected" and row["reason"] not in ("", "-"), row
+        elif spec.name != "too-tight":
+            assert row["status"] == "admitted" and int(row["delivered"]) > 0, row
+    assert "note no parent broker (--no-parent)" in out

@@ -1,1 +1,2 @@
-"""``gridstat up``: the embedded example utility (topology files, a static route planner, a live view)."""
+"""``gridstat up``: the embedded example utility on the real management plane (topology files, brokers,
+routers and simulated clients as children, a live view)."""

@@ -1,17 +1,18 @@
 """Simulated PMU publishers and the subscribers of the embedded runner (client SDK, in-process).
 
-They all run on the ``gridstat up`` process's event loop; only the routers are
-child processes. A publisher sends, at every aligned instant of each of its
-publication intervals, all its variables of that interval in one packed
-datagram (a PMU's phasors of one instant travel together). Only variables that
-some subscription asks for are published: an edge router counts events of a
-variable it has no route for as ``unknown_variable`` drops, which would only
-hide real drops in the view.
+They all run on the ``gridstat up`` process's event loop and reach the management plane only
+through their edge router's proxy (``Publisher.connect`` / ``register``, ``Subscriber.connect`` /
+``subscribe_remote``): the leaf QoS broker assigns client and variable ids, admits each
+subscription and installs its routes. A publisher sends, at every aligned instant of each of its
+publication intervals, all its variables of that interval in one packed datagram (a PMU's phasors
+of one instant travel together). Only variables that some admitted subscription asks for are
+sent: an edge router counts events of a variable it has no route for as ``unknown_variable``
+drops, which would only hide real drops in the view.
 
-Each subscription is its own ``Subscriber`` (its own UDP socket and subscriber
-channel at its edge router); the SDK de-duplicates the copies that redundant
-paths deliver. A ``RateMeter`` per subscription records arrival times for the
-delivered rate.
+Each subscription is its own ``Subscriber`` (its own UDP socket and subscriber channel at its edge
+router); the SDK de-duplicates the copies that redundant paths deliver. A refused subscription
+keeps the broker's reason and offer. A ``RateMeter`` per subscription records arrival times for
+the delivered rate.
 """
 
 from __future__ import annotations
@@ -24,20 +25,22 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from gridstat.client import Holder, PublicationHandle, Publisher, Subscriber, Subscription
+from gridstat.client import (
+    Holder,
+    Offer,
+    PublicationHandle,
+    Publisher,
+    Subscriber,
+    Subscription,
+    SubscriptionRejected,
+)
 from gridstat.core import clock
 from gridstat.core.aio import create_guarded_task
-from gridstat.core.model import StatusVariable
 from gridstat.demo import topology as topo
-from gridstat.demo.planner import effective_interval_ms
+from gridstat.errors import GridStatError
 
 #: Window of the live rate (seconds).
 RATE_WINDOW_S = 5.0
-
-
-def status_variable(var: topo.Variable) -> StatusVariable:
-    return StatusVariable(var.publisher, var.name, var.type_spec, var.interval_ms, var.priority,
-                          variable_id=var.variable_id)
 
 
 def value_function(var: topo.Variable, seed: int) -> Callable[[int], object]:
@@ -94,56 +97,107 @@ class RateMeter:
         return (self.count - 1) * 1000 / (self.last_ms - self.first_ms)
 
 
+def format_offer(offer: Offer | None) -> str:
+    """``best_latency_ms=12.0,max_redundancy=1`` or ``-`` (what the broker could grant instead)."""
+    if offer is None:
+        return "-"
+    parts = [f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
+             for k, v in (("best_latency_ms", offer.best_latency_ms), ("max_redundancy", offer.max_redundancy),
+                          ("min_interval_ms", offer.min_interval_ms)) if v is not None]
+    return ",".join(parts) or "-"
+
+
 @dataclass
 class SubscriptionEndpoint:
+    """One subscription: its own Subscriber, connected through its edge router's proxy."""
+
     spec: topo.Subscription
     variable: topo.Variable
-    subscriber: Subscriber
+    edge_control: str
+    subscriber: Subscriber | None = None
     subscription: Subscription | None = None
     meter: RateMeter = field(default_factory=RateMeter)
+    #: pending, admitted, rejected (the broker refused: ``reason`` and ``offer``) or failed.
+    status: str = "pending"
+    reason: str = ""
+    message: str = ""
+    offer: Offer | None = None
 
     @property
     def effective_interval_ms(self) -> int:
-        return effective_interval_ms(self.spec.interval_ms, self.variable.interval_ms)
+        return topo.effective_interval_ms(self.spec.interval_ms, self.variable.interval_ms)
 
     @property
     def expected_rate(self) -> float:
         return 1000.0 / self.effective_interval_ms
 
+    @property
+    def admitted(self) -> bool:
+        return self.status == "admitted"
+
+    def reject(self, reason: str, message: str, offer: Offer | None = None) -> None:
+        self.status, self.reason, self.message, self.offer = "rejected", reason, message, offer
+
     def _on_event(self, sub: Subscription, holder: Holder) -> None:
         self.meter.add(holder.received_ms)
 
     async def start(self) -> None:
-        await self.subscriber.start()
-        self.subscription = self.subscriber.subscribe(
-            status_variable(self.variable), interval_ms=self.spec.interval_ms,
-            latency_ms=self.spec.latency_ms, on_event=self._on_event)
+        """Connect and subscribe; a refusal or an error is recorded, never raised."""
+        s, v = self.spec, self.variable
+        try:
+            self.subscriber = await Subscriber.connect(s.name, self.edge_control)
+            self.subscription = await self.subscriber.subscribe_remote(
+                v.full_name, v.type_spec, interval_ms=s.interval_ms, latency_ms=s.latency_ms,
+                redundancy=s.redundancy, priority=v.priority, on_event=self._on_event)
+        except SubscriptionRejected as exc:
+            self.reject(exc.reason, str(exc), exc.offer)
+            return
+        except GridStatError as exc:
+            self.status, self.reason, self.message = "failed", exc.reason, str(exc)
+            return
+        self.status = "admitted"
+
+    def drops(self) -> int:
+        return sum(self.subscriber.stats.drops.values()) if self.subscriber is not None else 0
 
     async def stop(self) -> None:
-        await self.subscriber.stop()
+        if self.subscriber is not None:
+            await self.subscriber.stop()
 
 
 class PublisherEndpoint:
-    """One simulated PMU: a Publisher and one sending task per distinct publication interval."""
+    """One simulated PMU: a Publisher connected through its edge router, one sending task per interval."""
 
-    def __init__(self, spec: topo.Publisher, variables: list[topo.Variable], edge: tuple[str, int]) -> None:
+    def __init__(self, spec: topo.Publisher, edge_control: str) -> None:
         self.spec = spec
-        self.variables = variables
-        self.publisher = Publisher(spec.name, spec.publisher_id, edge=edge)
+        self.edge_control = edge_control
+        self.publisher: Publisher | None = None
+        #: The broker's view of each registered variable (its variable id), by full name.
+        self.handles: dict[str, PublicationHandle] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = asyncio.Event()
 
-    async def start(self) -> None:
-        await self.publisher.start()
+    async def connect(self) -> None:
+        """Register the publisher and every variable of it with the leaf broker (through the edge)."""
+        self.publisher = await Publisher.connect(self.spec.name, self.edge_control)
+        for v in self.spec.variables:
+            self.handles[v.full_name] = await self.publisher.register(
+                v.name, v.type_spec, v.interval_ms, priority=v.priority)
+
+    def start_sending(self, wanted: set[str]) -> int:
+        """Send the variables in ``wanted``; returns how many."""
         groups: dict[int, list[tuple[PublicationHandle, Callable[[int], object]]]] = {}
-        for v in self.variables:
-            handle = self.publisher.variable(status_variable(v))
-            groups.setdefault(v.interval_ms, []).append((handle, value_function(v, v.variable_id)))
+        for v in self.spec.variables:
+            if v.full_name in wanted:
+                groups.setdefault(v.interval_ms, []).append((self.handles[v.full_name],
+                                                             value_function(v, v.variable_id)))
         for interval, items in sorted(groups.items()):
             self._tasks.append(create_guarded_task(self._run(interval, items),
                                                    name=f"{self.spec.name}-{interval}ms"))
+        return sum(len(items) for items in groups.values())
 
     async def _run(self, interval: int, items: list[tuple[PublicationHandle, Callable[[int], object]]]) -> None:
+        assert self.publisher is not None
         last = 0
         while not self._stopping.is_set():
             now = clock.now_ms()
@@ -163,4 +217,5 @@ class PublisherEndpoint:
         for t in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await t
-        await self.publisher.stop()
+        if self.publisher is not None:
+            await self.publisher.stop()

@@ -1,21 +1,30 @@
-"""``gridstat up`` (alias ``gridstat demo``): run an example utility on 127.0.0.1.
+"""``gridstat up`` (alias ``gridstat demo``): run an example utility on 127.0.0.1 on the real management plane.
 
 With no argument it runs the built-in topology (``default-topology.yaml`` next
 to this file, documented in docs/topology.md): two clouds of five routers, three
 simulated PMUs, six subscriptions, one of them over two node-disjoint paths.
 Given ``TOPOLOGY.yaml`` it runs that instead.
 
-What runs where:
+What runs where (every child with ``--exit-with-parent``):
 
-* every status router is a child process (``gridstat router ... --port 0``);
-  channels and routes are installed over its gRPC control API, as planned by
-  ``gridstat.demo.planner`` (a static stand-in for the QoS brokers);
-* publishers and subscribers (client SDK) run inside this process on asyncio.
+* one leaf QoS broker per cloud (``gridstat broker``, its own SQLite state, its
+  own variable-id block) and, when this build has the role, one parent broker
+  above them (``--role parent``; the leaves get ``--parent``);
+* every status router (``gridstat router ... --port 0``); edge routers get
+  ``--broker`` (their cloud's leaf) and proxy their clients' commands to it;
+* the topology is registered over gRPC: ``AddRouter`` and ``AddChannel`` at each
+  leaf, ``AddChildBroker`` and ``AddInterCloudChannel`` at the parent;
+* publishers and subscribers (client SDK) run inside this process on asyncio and
+  talk only to their edge router (``Publisher.connect`` / ``register``,
+  ``Subscriber.connect`` / ``subscribe_remote``): the brokers admit, plan paths
+  and install routes. A refused subscription is shown with the broker's reason
+  and offer, and the rest keeps running.
 
 A live rich view refreshes twice a second on a terminal; otherwise a plain
 ``key=value`` summary is printed every ``--summary-every`` seconds. A final
-summary (``FINAL ...``) is always printed. SIGINT, SIGTERM and SIGHUP stop everything:
-routers get SIGTERM, are reaped (SIGKILL after 5 s), and the exit code is 0.
+summary (``FINAL ...``) is always printed. SIGINT, SIGTERM and SIGHUP stop
+everything: publishers and subscribers, then brokers, then routers get SIGTERM
+and are reaped (SIGKILL after 5 s), and the exit code is 0.
 """
 
 from __future__ import annotations
@@ -32,23 +41,28 @@ from collections.abc import Awaitable
 from pathlib import Path
 from typing import TypeVar
 
+import grpc
 from rich.console import Console
 from rich.live import Live
 
-from gridstat.client import Subscriber
 from gridstat.core import clock
 from gridstat.core.aio import install_fast_loop
-from gridstat.demo.endpoints import PublisherEndpoint, SubscriptionEndpoint
-from gridstat.demo.planner import Plan, plan
-from gridstat.demo.routers import RouterProcess, StartupError
+from gridstat.demo.endpoints import PublisherEndpoint, SubscriptionEndpoint, format_offer
+from gridstat.demo.processes import BrokerProcess, RouterProcess, StartupError, parent_role_available
 from gridstat.demo.topology import Topology, load_topology
-from gridstat.demo.view import RouterRow, Snapshot, SubRow, plain_lines, rich_view
-from gridstat.errors import ValidationError
+from gridstat.demo.view import BrokerRow, RouterRow, Snapshot, SubRow, plain_lines, rich_view
+from gridstat.errors import GridStatError, ValidationError
+from gridstat.v1 import broker_pb2 as bpb
 
 T = TypeVar("T")
 
 #: Each stops the runner cleanly (SIGHUP: the terminal went away).
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+#: Name of the parent broker; variable ids of cloud k (file order) start at VARIABLE_BLOCK * (k + 1).
+PARENT_NAME = "parent"
+VARIABLE_BLOCK = 1_000_000
+#: How long the brokers get to reach every router after the topology is registered.
+ROUTERS_UP_TIMEOUT_S = 20.0
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -61,29 +75,36 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plain", action="store_true", help="print plain summaries even on a terminal")
     p.add_argument("--summary-every", type=float, default=3.0, metavar="SECONDS",
                    help="seconds between plain summaries when not on a terminal")
-    p.add_argument("--log-dir", default=None, help="where router logs go (default: a new temporary directory)")
+    p.add_argument("--log-dir", default=None,
+                   help="where router and broker logs go (default: a new temporary directory)")
+    p.add_argument("--no-parent", action="store_true",
+                   help="run the leaf brokers only, without the parent broker (inter-cloud subscriptions are "
+                        "then refused)")
+    p.add_argument("--state-dir", default=None,
+                   help="where the brokers' SQLite state goes, <broker>.sqlite, overwritten at start "
+                        "(default: a new temporary directory, removed at exit)")
 
 
 def run(args: argparse.Namespace) -> int:
     topology = load_topology(args.topology)   # TopologyError -> the CLI exits 2
-    routes = plan(topology)                    # PlanError too
     if args.duration is not None and args.duration <= 0:
         raise ValidationError(f"--duration must be positive, got {args.duration}", field="duration")
     if args.summary_every <= 0:
         raise ValidationError(f"--summary-every must be positive, got {args.summary_every}",
                               field="summary_every")
     install_fast_loop()
-    runner = Runner(topology, routes, variant=args.variant, duration=args.duration, plain=args.plain,
-                    summary_every=args.summary_every, log_dir=args.log_dir)
+    runner = Runner(topology, variant=args.variant, duration=args.duration, plain=args.plain,
+                    summary_every=args.summary_every, log_dir=args.log_dir, state_dir=args.state_dir,
+                    with_parent=False if args.no_parent else None)
     return asyncio.run(runner.run())
 
 
 class Runner:
-    def __init__(self, topology: Topology, routes: Plan, *, variant: str = "close",
-                 duration: float | None = None, plain: bool = False, summary_every: float = 3.0,
-                 log_dir: str | None = None, console: Console | None = None) -> None:
+    def __init__(self, topology: Topology, *, variant: str = "close", duration: float | None = None,
+                 plain: bool = False, summary_every: float = 3.0, log_dir: str | None = None,
+                 state_dir: str | None = None, console: Console | None = None,
+                 with_parent: bool | None = None) -> None:
         self.topology = topology
-        self.plan = routes
         self.variant = variant
         self.duration = duration
         self.summary_every = summary_every
@@ -91,12 +112,23 @@ class Runner:
         self.live = self.console.is_terminal and not plain
         self._own_log_dir = not log_dir
         self.log_dir = Path(log_dir) if log_dir else Path(tempfile.mkdtemp(prefix="gridstat-up-"))
+        self._own_state_dir = not state_dir
+        self.state_dir = Path(state_dir) if state_dir else Path(tempfile.mkdtemp(prefix="gridstat-up-state-"))
+        self.with_parent = parent_role_available() if with_parent is None else with_parent
+        self.parent: BrokerProcess | None = None
+        self.leaves: dict[str, BrokerProcess] = {}
         self.routers: dict[str, RouterProcess] = {}
         self.subscriptions: list[SubscriptionEndpoint] = []
         self.publishers: list[PublisherEndpoint] = []
+        self.notes: list[str] = []
+        self._unregistered_links = 0
         self.stop_event = asyncio.Event()
         self.started = time.monotonic()
         self.signal: str | None = None
+
+    @property
+    def brokers(self) -> list[BrokerProcess]:
+        return ([self.parent] if self.parent is not None else []) + list(self.leaves.values())
 
     def say(self, text: str) -> None:
         print(text, flush=True)
@@ -112,7 +144,7 @@ class Runner:
             if not self.stop_event.is_set():
                 await self._watch()
         except StartupError as exc:
-            if not self.stop_event.is_set():  # a router that dies of the same Ctrl-C is not an error
+            if not self.stop_event.is_set():  # a child that dies of the same Ctrl-C is not an error
                 print(f"gridstat up: error: {exc}", file=sys.stderr, flush=True)
                 code = 1
         finally:
@@ -128,51 +160,162 @@ class Runner:
     async def _start(self) -> None:
         t = self.topology
         self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.state_dir.mkdir(parents=True, exist_ok=True)
         self.say(f"gridstat up: {t.source}: {len(t.clouds)} clouds, {len(t.routers)} routers, "
                  f"{len(t.publishers)} publishers, {len(t.subscriptions)} subscriptions; "
-                 f"variant {self.variant}; router logs in {self.log_dir}")
-        for r in t.routers:
-            self.routers[r.name] = RouterProcess(r.name, r.router_id, r.role, r.cloud, self.variant,
-                                                 self.log_dir / f"{r.name}.log")
-        await self._until_stopped(asyncio.gather(*(r.start() for r in self.routers.values())))
+                 f"variant {self.variant}; logs in {self.log_dir}; broker state in {self.state_dir}")
+        if not await self._start_brokers() or not await self._start_routers():
+            return
+        # Every child is forked before the first gRPC channel opens (gRPC's fork handlers only warn).
+        for child in [*self.brokers, *self.routers.values()]:
+            child.connect()
+        await self._until_stopped(self._register_topology())
         if self.stop_event.is_set():
             return
+        await self._until_stopped(self._wait_routers_up())
+        if self.stop_event.is_set():
+            return
+        # Publishers first: a subscription names a variable the broker must already know.
+        self.publishers = [PublisherEndpoint(p, self.routers[p.edge].control_address) for p in t.publishers]
+        try:
+            await self._until_stopped(asyncio.gather(*(p.connect() for p in self.publishers)))
+        except GridStatError as exc:
+            raise StartupError(f"a publisher could not register through its edge router: {exc}") from None
+        if self.stop_event.is_set():
+            return
+        for s in t.subscriptions:
+            ep = SubscriptionEndpoint(s, t.variable(s.variable), self.routers[s.edge].control_address)
+            self.subscriptions.append(ep)
+            # Without a parent broker no leaf knows the other cloud's variables; ask anyway, so that
+            # the refusal shown is the broker's own.
+            await self._until_stopped(ep.start())
+            if self.stop_event.is_set():
+                return
+        await asyncio.gather(*(b.poll() for b in self.brokers))
+        for ep in self.subscriptions:
+            s = ep.spec
+            if ep.admitted:
+                paths = " | ".join(p.replace(">", " -> ") for p in self._paths(s.name)) or "-"
+                self.say(f"  subscription name={s.name} var={s.variable} admitted paths: {paths}")
+            else:
+                self.say(f"  subscription name={s.name} var={s.variable} {ep.status.upper()} reason={ep.reason} "
+                         f"offer={format_offer(ep.offer)}: {ep.message}")
+        refused_across = [ep.spec.name for ep in self.subscriptions
+                          if not ep.admitted and t.crosses_clouds(ep.spec)]
+        if self.parent is None and (refused_across or self._unregistered_links):
+            why = "--no-parent" if parent_role_available() else "this build has no 'gridstat broker --role parent'"
+            self.notes.append(
+                f"no parent broker ({why}): "
+                f"{self._unregistered_links} inter-cloud link(s) not registered; inter-cloud subscriptions "
+                f"{', '.join(refused_across) or '(none)'} cannot be set up (their leaf does not know the variable)")
+        wanted = {ep.spec.variable for ep in self.subscriptions if ep.admitted}
+        sending = sum(p.start_sending(wanted) for p in self.publishers)
+        self.started = time.monotonic()
+        admitted = sum(1 for ep in self.subscriptions if ep.admitted)
+        self.say(f"  {admitted} of {len(self.subscriptions)} subscriptions admitted; {len(self.publishers)} "
+                 f"publishers sending {sending} variables; "
+                 + (f"stopping after {self.duration:g} s" if self.duration else "Ctrl-C to stop"))
+        for n in self.notes:
+            self.say(f"  note {n}")
+
+    async def _start_brokers(self) -> bool:
+        t = self.topology
+        if self.with_parent:
+            self.parent = BrokerProcess(PARENT_NAME, "parent", self._state_file(PARENT_NAME),
+                                        self.log_dir / f"broker-{PARENT_NAME}.log", clouds=t.clouds)
+            await self._until_stopped(self.parent.start())
+            if self.stop_event.is_set():
+                return False
+        parent = self.parent.address if self.parent is not None else ""
+        for k, cloud in enumerate(t.clouds):
+            self.leaves[cloud] = BrokerProcess(cloud, "leaf", self._state_file(cloud),
+                                               self.log_dir / f"broker-{cloud}.log",
+                                               variable_id_base=VARIABLE_BLOCK * (k + 1), parent=parent)
+        await self._until_stopped(asyncio.gather(*(b.start() for b in self.leaves.values())))
+        if self.stop_event.is_set():
+            return False
+        for b in self.brokers:
+            self.say(f"  broker name={b.name} role={b.role} pid={b.pid} port={b.port}")
+        return True
+
+    def _state_file(self, name: str) -> Path:
+        path = self.state_dir / f"{name}.sqlite"
+        for p in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+            p.unlink(missing_ok=True)  # gridstat up starts from an empty management plane
+        return path
+
+    async def _start_routers(self) -> bool:
+        for r in self.topology.routers:
+            broker = self.leaves[r.cloud].address if r.role == "edge" else ""
+            self.routers[r.name] = RouterProcess(r.name, r.router_id, r.role, r.cloud, self.variant,
+                                                 self.log_dir / f"{r.name}.log", broker=broker)
+        await self._until_stopped(asyncio.gather(*(r.start() for r in self.routers.values())))
+        if self.stop_event.is_set():
+            return False
         for rp in self.routers.values():
             self.say(f"  router name={rp.name} role={rp.role} cloud={rp.cloud} pid={rp.pid} port={rp.port} "
                      f"control_port={rp.control_port}")
+        return True
 
-        # subscribers first: their addresses go into the edge routers' subscriber channels
-        for s in t.subscriptions:
-            ep = SubscriptionEndpoint(s, t.variable(s.variable), Subscriber(s.name, s.subscriber_id))
-            await ep.start()
-            self.subscriptions.append(ep)
-        addresses: dict[tuple[str, str], tuple[str, int]] = {}
-        for rp in self.routers.values():
-            addresses[("router", rp.name)] = rp.address
-        for ep in self.subscriptions:
-            addresses[("subscriber", ep.spec.name)] = ep.subscriber.address
-        await self._until_stopped(asyncio.gather(*(
-            rp.add_channels(self.plan.channels_of(rp.name), addresses) for rp in self.routers.values())))
-        installed = await self._until_stopped(asyncio.gather(*(
-            rp.install_routes(self.plan.routes_of(rp.name)) for rp in self.routers.values())))
-        self.say(f"  installed {sum(installed or [])} routes and {len(self.plan.channels)} channels over gRPC")
-        for ep in self.subscriptions:
-            paths = " | ".join(" -> ".join(p) for p in self.plan.paths[ep.spec.name])
-            self.say(f"  subscription name={ep.spec.name} var={ep.spec.variable} paths: {paths}")
-        if self.stop_event.is_set():
-            return
-
-        wanted = {s.variable for s in t.subscriptions}
-        for p in t.publishers:
-            variables = [v for v in p.variables if v.full_name in wanted]
-            if not variables:
+    async def _register_topology(self) -> None:
+        t = self.topology
+        if self.parent is not None:
+            await self._register_children()
+        for r in t.routers:
+            rp = self.routers[r.name]
+            await self.leaves[r.cloud].call(f"AddRouter {r.name}", "AddRouter", bpb.AddRouterRequest(
+                router=bpb.RouterInfo(name=r.name, role=r.role, capacity_eps=r.capacity_eps,
+                                      control_address=rp.control_address, event_address=rp.event_address,
+                                      router_id=r.router_id)))
+        inter = 0
+        for link in t.links:
+            ca, cb = t.router(link.a).cloud, t.router(link.b).cloud
+            bandwidth = link.bandwidth_kbps * 1000
+            if ca == cb:
+                await self.leaves[ca].call(f"AddChannel {link.a}-{link.b}", "AddChannel", bpb.AddTopologyChannelRequest(
+                    channel=bpb.TopologyChannel(a=link.a, b=link.b, bandwidth_bps=bandwidth,
+                                                latency_ms=link.latency_ms, both_directions=True)))
                 continue
-            ep_pub = PublisherEndpoint(p, variables, self.routers[p.edge].address)
-            await ep_pub.start()
-            self.publishers.append(ep_pub)
-        self.started = time.monotonic()
-        self.say(f"  {len(self.publishers)} publishers sending; "
-                 + (f"stopping after {self.duration:g} s" if self.duration else "Ctrl-C to stop"))
+            inter += 1
+            if self.parent is None:
+                continue
+            rb = self.routers[link.b]
+            await self.parent.call(f"AddInterCloudChannel {link.a}-{link.b}", "AddInterCloudChannel",
+                                   bpb.AddInterCloudChannelRequest(channel=bpb.InterCloudChannel(
+                                       cloud_a=ca, router_a=link.a, cloud_b=cb, router_b=link.b,
+                                       bandwidth_bps=bandwidth, latency_ms=link.latency_ms,
+                                       router_b_event_address=rb.event_address, router_b_id=rb.router_id)))
+        self._unregistered_links = inter if self.parent is None else 0
+        total = len(t.links) - (inter if self.parent is None else 0)
+        self.say(f"  registered {len(t.routers)} routers and {total} links with the brokers over gRPC")
+
+    async def _register_children(self) -> None:
+        assert self.parent is not None
+        for cloud, leaf in self.leaves.items():
+            await self.parent.call(f"AddChildBroker {cloud}", "AddChildBroker", bpb.AddChildBrokerRequest(
+                child=bpb.ChildBroker(name=cloud, address=leaf.address, leaf=True)),
+                ok_codes=(grpc.StatusCode.ALREADY_EXISTS,))
+
+    async def _wait_routers_up(self) -> None:
+        """Until every leaf has reached all its routers (they take no paths before)."""
+        deadline = time.monotonic() + ROUTERS_UP_TIMEOUT_S
+        while True:
+            await asyncio.gather(*(b.poll() for b in self.leaves.values()))
+            down = {b.name: b.health.routers_down if b.health else -1 for b in self.leaves.values()}
+            if all(d == 0 for d in down.values()):
+                return
+            if time.monotonic() >= deadline:
+                raise StartupError(f"the brokers did not reach every router within {ROUTERS_UP_TIMEOUT_S:.0f} s "
+                                   f"(routers down by broker: {down}; logs in {self.log_dir})")
+            await asyncio.sleep(0.1)
+
+    def _paths(self, subscriber: str) -> tuple[str, ...]:
+        """The broker's paths of a subscription (mode 0), ``r1>r2>r3``."""
+        for b in self.brokers:
+            reply = b.held.get(subscriber)
+            if reply is not None:
+                return tuple(">".join(p.routers) for a in reply.allocations if a.mode == 0 for p in a.paths)
+        return ()
 
     async def _until_stopped(self, aw: Awaitable[T]) -> T | None:
         """Await ``aw`` unless a stop signal comes first (then cancel it and return None)."""
@@ -218,54 +361,68 @@ class Runner:
         return self.stop_event.is_set() or self._deadline_reached()
 
     async def snapshot(self) -> Snapshot:
-        await asyncio.gather(*(r.poll_stats() for r in self.routers.values()))
+        await asyncio.gather(*(r.poll_stats() for r in self.routers.values()), *(b.poll() for b in self.brokers))
         now_ms = clock.now_ms()
         final = self.stop_event.is_set() or self._deadline_reached()
         subs = []
         for ep in self.subscriptions:
+            s = ep.spec
+            held_by = ",".join(b.name for b in self.brokers if s.name in b.held) or "-"
             sub = ep.subscription
-            assert sub is not None
+            if sub is None:
+                subs.append(SubRow(s.name, s.variable, s.edge, ep.status, (), s.interval_ms,
+                                   ep.effective_interval_ms, ep.expected_rate, None, 0, None, None, s.latency_ms,
+                                   0, 0, ep.drops(), 0, held_by, ep.reason, format_offer(ep.offer)))
+                continue
             st = sub.stats
             rate = ep.meter.run_rate() if final else ep.meter.live_rate(now_ms)
             subs.append(SubRow(
-                ep.spec.name, ep.spec.variable, ep.spec.edge, len(self.plan.paths[ep.spec.name]),
-                ep.spec.interval_ms, ep.effective_interval_ms, ep.expected_rate, rate, st.delivered,
-                st.latency.percentile(50), st.latency.percentile(99), ep.spec.latency_ms, st.gaps,
-                st.duplicates, st.violations))
+                s.name, s.variable, s.edge, ep.status, self._paths(s.name), s.interval_ms, ep.effective_interval_ms,
+                ep.expected_rate, rate, st.delivered, st.latency.percentile(50), st.latency.percentile(99),
+                s.latency_ms, st.gaps, st.duplicates, ep.drops(), st.violations, held_by))
         rows = []
         for rp in self.routers.values():
-            s = rp.last_stats
-            if not rp.running:
-                state = f"exited {rp.proc.returncode}" if rp.proc is not None else "not started"
-            else:
-                state = rp.error or "up"
+            rs = rp.last_stats
             rows.append(RouterRow(
-                rp.name, rp.role, rp.cloud, rp.pid, state,
-                s.events_in if s else 0, s.events_forwarded if s else 0, s.events_filtered if s else 0,
-                _all_drops(s), sum(1 for c in s.channels if c.up) if s else 0, len(s.channels) if s else 0))
+                rp.name, rp.role, rp.cloud, rp.pid, rp.state(),
+                rs.events_in if rs else 0, rs.events_forwarded if rs else 0, rs.events_filtered if rs else 0,
+                _all_drops(rs), sum(1 for c in rs.channels if c.up) if rs else 0, len(rs.channels) if rs else 0))
+        brokers = []
+        ours = {s.name for s in self.topology.subscriptions}
+        for b in self.brokers:
+            h = b.health
+            brokers.append(BrokerRow(b.name, b.role, b.pid, b.state(), h.subscriptions if h else 0,
+                                     h.routers_up if h else 0, h.routers_down if h else 0,
+                                     tuple(sorted(ours & set(b.held))), len(set(b.held) - ours)))
         return Snapshot(time.monotonic() - self.started, self.variant, self.topology.source, tuple(subs),
-                        tuple(rows))
+                        tuple(rows), tuple(brokers), tuple(self.notes))
 
     async def _teardown(self) -> None:
         # signals only set stop_event now, so a second Ctrl-C cannot interrupt this and leave orphans
         for pub in self.publishers:
             with contextlib.suppress(Exception):
                 await pub.stop()
-        # A Ctrl-C on a terminal reaches the routers too (same process group) and they stop on
-        # their own; give them a moment before SIGTERM so they finish cleanly.
-        grace = 1.5 if self.signal == "SIGINT" else 0.0
-        codes = await asyncio.gather(*(r.stop(grace) for r in self.routers.values()), return_exceptions=True)
         for ep in self.subscriptions:
             with contextlib.suppress(Exception):
                 await ep.stop()
-        bad = [f"{name}={code}" for name, code in zip(self.routers, codes, strict=True)
+        # A Ctrl-C on a terminal reaches the children too (same process group) and they stop on
+        # their own; give them a moment before SIGTERM so they finish cleanly.
+        grace = 1.5 if self.signal == "SIGINT" else 0.0
+        # The management plane first: a broker outliving its routers would only report them dead.
+        broker_codes = await asyncio.gather(*(b.stop(grace) for b in self.brokers), return_exceptions=True)
+        router_codes = await asyncio.gather(*(r.stop(grace) for r in self.routers.values()),
+                                            return_exceptions=True)
+        names = [*self.routers, *(b.name for b in self.brokers)]
+        bad = [f"{name}={code}" for name, code in zip(names, [*router_codes, *broker_codes], strict=True)
                if code not in (0, None)]
         logs = f"logs in {self.log_dir}"
         with contextlib.suppress(OSError):
             if self._own_log_dir and all(f.stat().st_size == 0 for f in self.log_dir.iterdir()):
                 shutil.rmtree(self.log_dir)
-                logs = "router logs were empty (removed)"
-        self.say(f"gridstat up: stopped {len(self.routers)} router processes"
+                logs = "logs were empty (removed)"
+        if self._own_state_dir:
+            shutil.rmtree(self.state_dir, ignore_errors=True)
+        self.say(f"gridstat up: stopped {len(self.routers)} router and {len(self.brokers)} broker processes"
                  + (f" (exit codes {', '.join(bad)})" if bad else "") + f"; {logs}")
 
 

@@ -6,9 +6,10 @@ YAML node marks) and the field, e.g. ``topology.yaml:14: links[2].b: unknown
 router 'r9'``, and is a ``TopologyError`` (a ``ValidationError``), so the CLI
 exits 2 with that message.
 
-Numeric ids are assigned here, in file order, so that the planner and the
-runner agree on them: routers 1.., publishers 1001.., subscriptions 2001..
-(a subscription is its own subscriber endpoint, with its own event channel).
+Router ids (the sender id of their datagrams) are assigned here, in file order,
+1, 2, ...; the leaf QoS brokers assign the client ids of publishers and
+subscribers and the variable ids. The numbered ``publisher_id``,
+``subscriber_id`` and ``variable_id`` kept here only seed the simulated signals.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from gridstat.core import filtering
 from gridstat.core.model import PRIORITIES, PRIORITY_HIGH, TypeSpec, ValueType, check_name
 from gridstat.errors import ValidationError
 
@@ -30,10 +32,13 @@ VALUE_TYPES = ("int", "float", "bool")
 PUBLISHER_ID_BASE = 1000
 SUBSCRIBER_ID_BASE = 2000
 MAX_REDUNDANCY = 2
+#: Events/s a router forwards when the file does not say (the broker's admission budget).
+DEFAULT_CAPACITY_EPS = 50_000
+DEFAULT_BANDWIDTH_KBPS = 100_000
 
 _TOP_KEYS = {"clouds": True, "routers": True, "links": True, "publishers": True, "subscriptions": True}
 _CLOUD_KEYS = {"name": True}
-_ROUTER_KEYS = {"name": True, "role": True, "cloud": True}
+_ROUTER_KEYS = {"name": True, "role": True, "cloud": True, "capacity_eps": False}
 _LINK_KEYS = {"a": True, "b": True, "latency_ms": True, "bandwidth_kbps": False}
 _PUBLISHER_KEYS = {"name": True, "edge": True, "variables": True}
 _VARIABLE_KEYS = {"name": True, "type": True, "interval_ms": True, "priority": False}
@@ -65,6 +70,7 @@ class Router:
     role: str
     cloud: str
     router_id: int
+    capacity_eps: int = DEFAULT_CAPACITY_EPS
 
 
 @dataclass(frozen=True)
@@ -120,7 +126,7 @@ class Topology:
     links: tuple[Link, ...]
     publishers: tuple[Publisher, ...]
     subscriptions: tuple[Subscription, ...]
-    #: ``field_name(path)`` -> 1-based line, for errors found after loading (the planner's).
+    #: ``field_name(path)`` -> 1-based line, for errors found after loading.
     lines: Mapping[str, int] = field(default_factory=dict, compare=False, repr=False)
 
     def router(self, name: str) -> Router:
@@ -137,9 +143,23 @@ class Topology:
         pub = full_name.split("/", 1)[0]
         return next(p for p in self.publishers if p.name == pub)
 
+    def expected_rate(self, sub: Subscription) -> float:
+        """Events per second a subscription should receive (per path; duplicates not counted)."""
+        return 1000.0 / effective_interval_ms(sub.interval_ms, self.variable(sub.variable).interval_ms)
+
+    def crosses_clouds(self, sub: Subscription) -> bool:
+        """Whether the subscription's publisher is in another cloud (the parent broker's business)."""
+        pub = self.publisher_of(sub.variable)
+        return self.router(pub.edge).cloud != self.router(sub.edge).cloud
+
     def error(self, path: Path_, message: str) -> TopologyError:
         """An error at ``path`` (the nearest enclosing node that has a line)."""
         return _error(self.source, self.lines, path, message)
+
+
+def effective_interval_ms(sub_interval_ms: int, pub_interval_ms: int) -> int:
+    """The interval a subscription actually gets (rounded down to a multiple of pubInt, GridStat 4.2)."""
+    return filtering.round_down_interval(sub_interval_ms, pub_interval_ms)
 
 
 def _error(source: str, lines: Mapping[str, int], path: Path_, message: str) -> TopologyError:
@@ -295,7 +315,9 @@ def _validate(data: object, source: str, lines: dict[str, int]) -> Topology:
         cloud = m["cloud"]
         if cloud not in clouds:
             raise c.fail((*p, "cloud"), f"unknown cloud {cloud!r}")
-        routers[name] = Router(name, role, str(cloud), len(routers) + 1)
+        capacity = c.integer(m.get("capacity_eps", DEFAULT_CAPACITY_EPS), (*p, "capacity_eps"), low=1,
+                             high=0xFFFF_FFFF)
+        routers[name] = Router(name, role, str(cloud), len(routers) + 1, capacity)
     if not routers:
         raise c.fail(("routers",), "at least one router is needed")
 
@@ -323,7 +345,8 @@ def _validate(data: object, source: str, lines: dict[str, int]) -> Topology:
                     raise c.fail((*p, end), f"link joins clouds {ra.cloud} and {rb.cloud} but {r.name!r} "
                                  f"is a {r.role} router, not a border router")
         latency = c.number(m["latency_ms"], (*p, "latency_ms"), low=0)
-        bandwidth = c.integer(m.get("bandwidth_kbps", 100_000), (*p, "bandwidth_kbps"), low=1)
+        bandwidth = c.integer(m.get("bandwidth_kbps", DEFAULT_BANDWIDTH_KBPS), (*p, "bandwidth_kbps"), low=1,
+                              high=10**12)
         links.append(Link(a, b, latency, bandwidth))
 
     publishers: list[Publisher] = []

@@ -1,8 +1,8 @@
-"""What ``gridstat up`` shows: a snapshot of subscriptions and routers, as rich tables or plain lines.
+"""What ``gridstat up`` shows: subscriptions, routers and brokers, as rich tables or plain lines.
 
-``Snapshot`` is plain data taken from the live objects, so rendering is pure and
-the plain format is stable for scripts and tests: one ``key=value`` line per
-subscription (``sub ...``) and per router (``router ...``).
+``Snapshot`` is plain data taken from the live objects, so rendering is pure and the plain format
+is stable for scripts and tests: one ``key=value`` line per subscription (``sub ...``), per
+router (``router ...``) and per QoS broker (``broker ...``), and ``note ...`` lines.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ class SubRow:
     name: str
     variable: str
     edge: str
-    paths: int
+    status: str                 # admitted, rejected, failed, pending
+    paths: tuple[str, ...]      # the broker's paths, "r1>r2>r3"
     interval_ms: int
     effective_interval_ms: int
     expected_rate: float
@@ -30,7 +31,11 @@ class SubRow:
     bound_ms: int
     gaps: int
     duplicates: int
+    drops: int
     violations: int
+    held_by: str = "-"          # the broker(s) that report it (ListSubscriptions)
+    reason: str = ""            # a refusal's machine-readable reason
+    offer: str = "-"            # and what the broker could grant instead
 
 
 @dataclass(frozen=True)
@@ -49,12 +54,27 @@ class RouterRow:
 
 
 @dataclass(frozen=True)
+class BrokerRow:
+    name: str
+    role: str             # leaf or parent
+    pid: int | None
+    state: str
+    subscriptions: int
+    routers_up: int
+    routers_down: int
+    held: tuple[str, ...]  # the runner's subscriptions among the admitted ones it reports (ListSubscriptions)
+    segments: int = 0      # the others: inter-cloud segments it holds for the parent
+
+
+@dataclass(frozen=True)
 class Snapshot:
     elapsed_s: float
     variant: str
     source: str
     subscriptions: tuple[SubRow, ...]
     routers: tuple[RouterRow, ...]
+    brokers: tuple[BrokerRow, ...] = ()
+    notes: tuple[str, ...] = ()
 
 
 def _fmt(v: float | None, spec: str = ".1f") -> str:
@@ -69,42 +89,59 @@ def _drops(d: dict[str, int]) -> str:
 
 
 def plain_lines(s: Snapshot, *, title: str = "STATUS") -> list[str]:
-    lines = [f"{title} t={s.elapsed_s:.1f}s topology={s.source} variant={s.variant} "
-             f"routers={len(s.routers)} subscriptions={len(s.subscriptions)}"]
+    admitted = sum(1 for r in s.subscriptions if r.status == "admitted")
+    lines = [f"{title} t={s.elapsed_s:.1f}s topology={s.source} variant={s.variant} brokers={len(s.brokers)} "
+             f"routers={len(s.routers)} subscriptions={len(s.subscriptions)} admitted={admitted}"]
     for r in s.subscriptions:
-        lines.append(
-            f"  sub name={r.name} var={r.variable} edge={r.edge} paths={r.paths} interval_ms={r.interval_ms} "
-            f"effective_ms={r.effective_interval_ms} expected_per_s={r.expected_rate:.2f} "
-            f"rate_per_s={_fmt(r.rate, '.2f')} delivered={r.delivered} p50_ms={_fmt(r.p50_ms, '.0f')} "
-            f"p99_ms={_fmt(r.p99_ms, '.0f')} bound_ms={r.bound_ms} gaps={r.gaps} duplicates={r.duplicates} "
-            f"violations={r.violations}")
+        line = (f"  sub name={r.name} var={r.variable} edge={r.edge} status={r.status} paths={len(r.paths)} "
+                f"interval_ms={r.interval_ms} effective_ms={r.effective_interval_ms} "
+                f"expected_per_s={r.expected_rate:.2f} rate_per_s={_fmt(r.rate, '.2f')} delivered={r.delivered} "
+                f"p50_ms={_fmt(r.p50_ms, '.0f')} p99_ms={_fmt(r.p99_ms, '.0f')} bound_ms={r.bound_ms} "
+                f"gaps={r.gaps} duplicates={r.duplicates} drops={r.drops} violations={r.violations} "
+                f"held_by={r.held_by} route={'|'.join(r.paths) or '-'}")
+        if r.status != "admitted":
+            line += f" reason={r.reason or '-'} offer={r.offer}"
+        lines.append(line)
     for rt in s.routers:
         drops = ",".join(f"{k}:{v}" for k, v in sorted(rt.drops.items()) if v) or "0"
         lines.append(
             f"  router name={rt.name} role={rt.role} cloud={rt.cloud} pid={rt.pid} state={rt.state} "
             f"in={rt.events_in} forwarded={rt.forwarded} filtered={rt.filtered} drops={drops} "
             f"channels_up={rt.channels_up}/{rt.channels}")
+    for b in s.brokers:
+        lines.append(
+            f"  broker name={b.name} role={b.role} pid={b.pid} state={b.state} subscriptions={b.subscriptions} "
+            f"routers_up={b.routers_up} routers_down={b.routers_down} held={','.join(b.held) or '-'} "
+            f"segments={b.segments}")
+    lines.extend(f"  note {n}" for n in s.notes)
     return lines
 
 
 def rich_view(s: Snapshot) -> Group:
     subs = Table(title=f"gridstat up: {s.source}, variant {s.variant}, {s.elapsed_s:.0f} s  (Ctrl-C to stop)",
                  title_justify="left", expand=False)
-    for col, justify in (("subscription", "left"), ("variable", "left"), ("edge", "left"), ("paths", "right"),
+    for col, justify in (("subscription", "left"), ("variable", "left"), ("edge", "left"),
                          ("interval ms", "right"), ("rate /s", "right"), ("expected", "right"),
                          ("p50 ms", "right"), ("p99 ms", "right"), ("bound", "right"), ("gaps", "right"),
-                         ("dup", "right"), ("viol", "right")):
+                         ("dup", "right"), ("drops", "right"), ("viol", "right"), ("broker's paths", "left")):
         subs.add_column(col, justify=justify)  # type: ignore[arg-type]
     for r in s.subscriptions:
         interval = str(r.interval_ms) if r.interval_ms == r.effective_interval_ms else \
             f"{r.interval_ms}->{r.effective_interval_ms}"
+        if r.status != "admitted":
+            subs.add_row(r.name, r.variable, r.edge, interval, "-", f"{r.expected_rate:.1f}", "-", "-",
+                         str(r.bound_ms), "-", "-", "-", "-",
+                         Text(f"{r.status.upper()} {r.reason or '-'}; offer {r.offer}", style="red"))
+            continue
         rate_style = "green" if r.rate is not None and r.rate >= 0.8 * r.expected_rate else "yellow"
         late = r.p99_ms is not None and r.p99_ms > r.bound_ms
-        subs.add_row(r.name, r.variable, r.edge, str(r.paths), interval,
+        subs.add_row(r.name, r.variable, r.edge, interval,
                      Text(_fmt(r.rate), style=rate_style), f"{r.expected_rate:.1f}",
                      _fmt(r.p50_ms, ".0f"), Text(_fmt(r.p99_ms, ".0f"), style="red" if late else ""),
                      str(r.bound_ms), Text(str(r.gaps), style="yellow" if r.gaps else ""),
-                     str(r.duplicates), Text(str(r.violations), style="red" if r.violations else ""))
+                     str(r.duplicates), Text(str(r.drops), style="red" if r.drops else ""),
+                     Text(str(r.violations), style="red" if r.violations else ""),
+                     "\n".join(p.replace(">", " > ") for p in r.paths) or "-")
     routers = Table(title="status routers", title_justify="left")
     for col, justify in (("router", "left"), ("role", "left"), ("cloud", "left"), ("pid", "right"),
                          ("state", "left"), ("events in", "right"), ("forwarded", "right"),
@@ -116,4 +153,15 @@ def rich_view(s: Snapshot) -> Group:
                         str(rt.events_in), str(rt.forwarded), str(rt.filtered),
                         Text(_drops(rt.drops), style="red" if sum(rt.drops.values()) else ""),
                         f"{rt.channels_up}/{rt.channels}")
-    return Group(subs, routers)
+    brokers = Table(title="QoS brokers", title_justify="left")
+    for col, justify in (("broker", "left"), ("role", "left"), ("pid", "right"), ("state", "left"),
+                         ("subscriptions", "right"), ("segments", "right"), ("routers up", "right"),
+                         ("routers down", "right")):
+        brokers.add_column(col, justify=justify)  # type: ignore[arg-type]
+    for b in s.brokers:
+        brokers.add_row(b.name, b.role, str(b.pid or "-"), Text(b.state, style="green" if b.state == "up" else "red"),
+                        str(b.subscriptions), str(b.segments), str(b.routers_up),
+                        Text(str(b.routers_down), style="red" if b.routers_down else ""))
+    parts: list[Table | Text] = [subs, routers, brokers]
+    parts.extend(Text(n, style="yellow") for n in s.notes)
+    return Group(*parts)

@@ -8,10 +8,12 @@ from pathlib import Path
 import pytest
 
 from gridstat.demo.topology import (
+    DEFAULT_CAPACITY_EPS,
     DEFAULT_TOPOLOGY_PATH,
     PUBLISHER_ID_BASE,
     SUBSCRIBER_ID_BASE,
     TopologyError,
+    effective_interval_ms,
     field_name,
     load_topology,
     parse_topology,
@@ -24,7 +26,7 @@ GOOD = textwrap.dedent("""\
       - name: B
     routers:
       - {name: e1, role: edge, cloud: A}
-      - {name: i1, role: internal, cloud: A}
+      - {name: i1, role: internal, cloud: A, capacity_eps: 2000}
       - {name: b1, role: border, cloud: A}
       - {name: b2, role: border, cloud: B}
       - {name: e2, role: edge, cloud: B}
@@ -62,6 +64,15 @@ def test_good_topology_parses_with_ids_in_file_order() -> None:
     sub = t.subscriptions[0]
     assert (sub.redundancy, sub.subscriber_id) == (1, SUBSCRIBER_ID_BASE + 1)
     assert t.publisher_of("pmu/freq").edge == "e1"
+    assert [r.capacity_eps for r in t.routers][:2] == [DEFAULT_CAPACITY_EPS, 2000]
+
+
+def test_expected_rate_and_cloud_crossing() -> None:
+    t = parse_topology(GOOD, "t.yaml")
+    sub = t.subscriptions[0]
+    assert effective_interval_ms(100, 17) == 85  # rounded down to a multiple of the publication interval
+    assert t.expected_rate(sub) == pytest.approx(1000 / 85)
+    assert t.crosses_clouds(sub)  # pmu at e1 (cloud A), the subscriber at e2 (cloud B)
 
 
 def test_default_topology_loads() -> None:
@@ -106,6 +117,8 @@ def test_missing_file() -> None:
      "t.yaml:14: links[3]: duplicate link between 'b2' and 'e2'"),
     ("latency_ms: 5}", "latency_ms: fast}", "t.yaml:13: links[2].latency_ms: expected a number, got a string"),
     ("bandwidth_kbps: 1000", "bandwidth_kbps: 0", "t.yaml:11: links[0].bandwidth_kbps: 0 is out of range"),
+    ("capacity_eps: 2000", "capacity_eps: 0", "t.yaml:6: routers[1].capacity_eps: 0 is out of range"),
+    ("capacity_eps: 2000", "capacity_eps: lots", "t.yaml:6: routers[1].capacity_eps: expected an integer"),
     ("{a: e1, b: i1,", "{a: e1, c: i1,", "t.yaml:11: links[0].c: unknown field 'c'"),
     ("edge: e1", "edge: i1", "t.yaml:17: publishers[0].edge: 'i1' is a internal router"),
     ("type: float", "type: double", "t.yaml:19: publishers[0].variables[0].type: 'double' is not one of"),

@@ -1,0 +1,263 @@
+"""Child processes of ``gridstat up``: QoS brokers and status routers, and their gRPC connections.
+
+Every child is ``python -m gridstat.cli.main <role> ... --port 0 --exit-with-parent``: we read
+its ``READY ...`` line for the ephemeral ports, then talk to it over gRPC (``QoSBroker`` for a
+broker, ``RouterControl`` for a router's counters). Its stderr goes to ``<log dir>/<name>.log``.
+``stop`` sends SIGTERM (each child stops cleanly on it), waits, SIGKILLs what is left and always
+reaps: no orphans, no zombies. ``--exit-with-parent`` covers a ``gridstat up`` killed with SIGKILL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import re
+import signal
+import sys
+from pathlib import Path
+from typing import IO, Any
+
+import grpc
+
+from gridstat.errors import GridStatError
+from gridstat.v1 import broker_pb2 as bpb
+from gridstat.v1 import broker_pb2_grpc as bpb_grpc
+from gridstat.v1 import router_pb2 as rpb
+from gridstat.v1 import router_pb2_grpc as rpb_grpc
+
+ROUTER_READY_RE = re.compile(r"^READY name=(\S+) port=(\d+) control_port=(\d+)\s*$")
+BROKER_READY_RE = re.compile(r"^READY name=(\S+) port=(\d+)")
+READY_TIMEOUT_S = 30.0
+RPC_TIMEOUT_S = 10.0
+STOP_TIMEOUT_S = 5.0
+POLL_TIMEOUT_S = 1.0
+
+
+class StartupError(GridStatError):
+    """A child process did not come up, or the management plane refused the topology."""
+
+    reason = "Unavailable"
+
+
+def parent_role_available() -> bool:
+    """Whether ``gridstat broker`` offers ``--role parent`` (the parent QoS broker)."""
+    from gridstat.broker import main as broker_main
+
+    parser = argparse.ArgumentParser(add_help=False)
+    broker_main.add_arguments(parser)
+    for action in parser._actions:
+        if "--role" in action.option_strings:
+            return action.choices is None or "parent" in action.choices
+    return False
+
+
+class ChildProcess:
+    """One child process started from ``command()`` that prints a READY line matching ``ready_re``."""
+
+    ready_re: re.Pattern[str] = BROKER_READY_RE
+    what = "process"
+
+    def __init__(self, name: str, log_path: Path) -> None:
+        self.name = name
+        self.log_path = log_path
+        self.proc: asyncio.subprocess.Process | None = None
+        self.channel: grpc.aio.Channel | None = None
+        self.error = ""
+        self._log: IO[bytes] | None = None
+
+    def command(self) -> list[str]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def connect(self) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.returncode is None
+
+    def state(self) -> str:
+        if self.proc is None:
+            return "not started"
+        if self.proc.returncode is not None:
+            return f"exited {self.proc.returncode}"
+        return self.error or "up"
+
+    async def start(self) -> re.Match[str]:
+        self._log = self.log_path.open("wb")
+        self.proc = await asyncio.create_subprocess_exec(
+            *self.command(), stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=self._log)
+        assert self.proc.stdout is not None
+        try:
+            line = await asyncio.wait_for(self.proc.stdout.readline(), READY_TIMEOUT_S)
+        except TimeoutError:
+            raise StartupError(f"{self.what} {self.name} did not print READY within {READY_TIMEOUT_S:.0f} s "
+                               f"(log: {self.log_path})") from None
+        m = self.ready_re.match(line.decode(errors="replace"))
+        if m is None:
+            raise StartupError(f"{self.what} {self.name} exited or printed {line!r} instead of READY "
+                               f"(log: {self.log_path})")
+        return m
+
+    async def stop(self, grace: float = 0.0) -> int | None:
+        """Reap the process: wait ``grace`` seconds for it to exit by itself, then SIGTERM, then
+        SIGKILL after STOP_TIMEOUT_S. Returns the exit code."""
+        if self.channel is not None:
+            with contextlib.suppress(Exception):
+                await self.channel.close(grace=None)
+            self.channel = None
+        proc = self.proc
+        if proc is not None:
+            if proc.returncode is None and grace > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(proc.wait(), grace)
+            if proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.send_signal(signal.SIGTERM)
+                try:
+                    await asyncio.wait_for(proc.wait(), STOP_TIMEOUT_S)
+                except TimeoutError:
+                    with contextlib.suppress(ProcessLookupError):
+                        proc.kill()
+                    await proc.wait()
+            else:
+                await proc.wait()
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        return proc.returncode if proc is not None else None
+
+
+class BrokerProcess(ChildProcess):
+    """A QoS broker: a cloud's leaf (``--variable-id-base``, optional ``--parent``) or the parent."""
+
+    what = "broker"
+
+    def __init__(self, name: str, role: str, state_path: Path, log_path: Path, *, variable_id_base: int = 1,
+                 parent: str = "", clouds: tuple[str, ...] = ()) -> None:
+        super().__init__(name, log_path)
+        self.role = role
+        self.state_path = state_path
+        self.variable_id_base = variable_id_base
+        self.parent = parent
+        self.clouds = clouds
+        self.port = 0
+        self.stub: bpb_grpc.QoSBrokerStub | None = None
+        self.health: bpb.BrokerHealthReply | None = None
+        #: Admitted subscriptions the broker reports (ListSubscriptions), by subscriber name.
+        self.held: dict[str, bpb.SubscribeReply] = {}
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def command(self) -> list[str]:
+        cmd = [sys.executable, "-m", "gridstat.cli.main", "broker", "--name", self.name, "--host", "127.0.0.1",
+               "--port", "0", "--state", str(self.state_path), "--exit-with-parent"]
+        if self.role == "parent":
+            cmd += ["--role", "parent"]
+        else:
+            cmd += ["--variable-id-base", str(self.variable_id_base)]
+            if self.parent:
+                cmd += ["--parent", self.parent]
+        return cmd
+
+    async def start(self) -> re.Match[str]:
+        m = await super().start()
+        self.port = int(m.group(2))
+        return m
+
+    def connect(self) -> None:
+        """Open the gRPC channel (after every child is forked: gRPC's fork handlers only complain)."""
+        self.channel = grpc.aio.insecure_channel(self.address)
+        self.stub = bpb_grpc.QoSBrokerStub(self.channel)  # type: ignore[no-untyped-call]
+
+    async def call(self, what: str, method: str, request: Any, *, ok_codes: tuple[grpc.StatusCode, ...] = ()) -> Any:
+        """One QoSBroker call; a refusal is a StartupError naming the broker, the call and the reason."""
+        assert self.stub is not None
+        try:
+            return await getattr(self.stub, method)(request, timeout=RPC_TIMEOUT_S)
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() in ok_codes:
+                return None
+            reason = dict((str(k), v) for k, v in (exc.trailing_metadata() or ())).get("gridstat-reason", "")
+            raise StartupError(f"broker {self.name}: {what} failed: {exc.code().name}"
+                               f"{' ' + str(reason) if reason else ''}: {exc.details()}") from None
+
+    async def poll(self) -> None:
+        """Health and ListSubscriptions; on failure keeps the last answers and records the error."""
+        if self.stub is None or not self.running:
+            self.error = "not running"
+            return
+        try:
+            self.health = await self.stub.Health(bpb.BrokerHealthRequest(), timeout=POLL_TIMEOUT_S)
+            reply = await self.stub.ListSubscriptions(bpb.ListSubscriptionsRequest(), timeout=POLL_TIMEOUT_S)
+            self.held = {s.subscription.subscriber: s for s in reply.subscriptions if s.admitted}
+            self.error = ""
+        except grpc.aio.AioRpcError as exc:
+            self.error = exc.code().name
+
+
+class RouterProcess(ChildProcess):
+    """A status router; an edge router gets ``--broker`` (its cloud's leaf) and proxies its clients."""
+
+    ready_re = ROUTER_READY_RE
+    what = "router"
+
+    def __init__(self, name: str, router_id: int, role: str, cloud: str, variant: str, log_path: Path, *,
+                 broker: str = "") -> None:
+        super().__init__(name, log_path)
+        self.router_id = router_id
+        self.role = role
+        self.cloud = cloud
+        self.variant = variant
+        self.broker = broker
+        self.port = 0
+        self.control_port = 0
+        self.stub: rpb_grpc.RouterControlStub | None = None
+        self.last_stats: rpb.RouterStats | None = None
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return ("127.0.0.1", self.port)
+
+    @property
+    def event_address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def control_address(self) -> str:
+        return f"127.0.0.1:{self.control_port}"
+
+    def command(self) -> list[str]:
+        cmd = [sys.executable, "-m", "gridstat.cli.main", "router", "--name", self.name,
+               "--id", str(self.router_id), "--port", "0", "--control-port", "0",
+               "--role", self.role, "--variant", self.variant, "--exit-with-parent"]
+        if self.broker:
+            cmd += ["--broker", self.broker]
+        return cmd
+
+    async def start(self) -> re.Match[str]:
+        m = await super().start()
+        self.port, self.control_port = int(m.group(2)), int(m.group(3))
+        return m
+
+    def connect(self) -> None:
+        self.channel = grpc.aio.insecure_channel(self.control_address)
+        self.stub = rpb_grpc.RouterControlStub(self.channel)  # type: ignore[no-untyped-call]
+
+    async def poll_stats(self) -> rpb.RouterStats | None:
+        """GetStats; on failure keeps the last answer and records the error."""
+        if self.stub is None or not self.running:
+            self.error = "not running"
+            return self.last_stats
+        try:
+            self.last_stats = await self.stub.GetStats(rpb.GetStatsRequest(), timeout=POLL_TIMEOUT_S)
+            self.error = ""
+        except grpc.aio.AioRpcError as exc:
+            self.error = exc.code().name
+        return self.last_stats

@@ -48,8 +48,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: Most subscriptions' router changes grouped into one two-phase transaction.
-GROUP_COMMIT_MAX = 64
+#: Most subscriptions' router changes grouped into one two-phase transaction, and how long the
+#: writer waits for more when changes are arriving faster than transactions complete.
+GROUP_COMMIT_MAX = 512
+GROUP_COMMIT_LINGER_S = 0.02
 
 
 class LeafBroker:
@@ -331,8 +333,15 @@ class LeafBroker:
         await future
 
     async def _write_queued(self) -> None:
+        contended = False
         while self._queued:
+            if contended and len(self._queued) < GROUP_COMMIT_MAX:
+                # Changes kept arriving while the last transaction was in flight: linger a moment
+                # so that the next one carries more of them (Kafka's linger.ms). An isolated
+                # change (nothing in flight) goes out at once.
+                await asyncio.sleep(GROUP_COMMIT_LINGER_S)
             batch, self._queued = self._queued[:GROUP_COMMIT_MAX], self._queued[GROUP_COMMIT_MAX:]
+            contended = bool(self._queued) or len(batch) > 1
             merged: dict[str, RouterChange] = {}
             for changes, _ in batch:
                 for name, c in changes.items():
@@ -543,10 +552,12 @@ class LeafBroker:
             backoff = min(5.0, self.supervise_interval_s * 2 ** min(link.failures, 4))
             self._next_check[name] = time.monotonic() + backoff * (0.8 + 0.4 * random.random())
             return
-        restarted = health.boot_id != link.boot_id
-        if restarted or not link.up or name in self._dirty:
-            self._dirty.discard(name)
-            async with self.lock:
+        async with self.lock:
+            # Decided under the lock: a concurrent check of the same router (the supervisor and
+            # add_router) must not rebuild twice or take a first contact for a restart.
+            restarted = health.boot_id != link.boot_id
+            if restarted or not link.up or name in self._dirty:
+                self._dirty.discard(name)
                 try:
                     n = await installer.reconcile(link, self.state.desired_channels(name),
                                                   self.state.desired_routes(name))
@@ -554,10 +565,10 @@ class LeafBroker:
                     log.warning("rebuilding router %s failed: %s; retrying", name, exc)
                     self._next_check[name] = time.monotonic() + self.supervise_interval_s
                     return
-            if restarted and link.boot_id is not None:
-                self.rebuilds += 1
-                log.warning("broker %s: router %s restarted; rebuilt with %d changes", self.name, name, n)
-            link.boot_id = health.boot_id
+                if restarted and link.boot_id is not None:
+                    self.rebuilds += 1
+                    log.warning("broker %s: router %s restarted; rebuilt with %d changes", self.name, name, n)
+                link.boot_id = health.boot_id
         link.up = True
         link.failures = 0
         self.state.down.discard(name)

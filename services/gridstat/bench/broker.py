@@ -121,7 +121,7 @@ def _read_until(proc: subprocess.Popen[str], last: str, timeout_s: float) -> lis
 
 
 async def _install(w: Workload, broker_port: int, farm: dict[str, tuple[int, int]], concurrency: int,
-                   log: Callable[[str], None]) -> dict[str, Any]:
+                   log: Callable[[str], None], procs: list[subprocess.Popen[str]]) -> dict[str, Any]:
     async with grpc.aio.insecure_channel(f"127.0.0.1:{broker_port}") as channel:
         stub = bpb_grpc.QoSBrokerStub(channel)  # type: ignore[no-untyped-call]
         t0 = time.monotonic()
@@ -165,11 +165,24 @@ async def _install(w: Workload, broker_port: int, farm: dict[str, tuple[int, int
                 outcome[key] = outcome.get(key, 0) + 1
 
         start = time.monotonic()
+        before = _cpu(procs)
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         total = time.monotonic() - start
+        after = _cpu(procs)
         health = await stub.Health(bpb.BrokerHealthRequest(), timeout=30)
     return {"total_s": total, "rate": len(w.subscriptions) / total, "rpc": percentiles(times), "outcome": outcome,
-            "held": health.subscriptions, "routers_up": health.routers_up}
+            "held": health.subscriptions, "routers_up": health.routers_up, "cpu_broker_s": after[-1] - before[-1],
+            "cpu_routers_s": sum(after[:-1]) - sum(before[:-1])}
+
+
+def _cpu(procs: list[subprocess.Popen[str]]) -> list[float]:
+    import psutil
+
+    out = []
+    for p in procs:
+        t = psutil.Process(p.pid).cpu_times()
+        out.append(t.user + t.system)
+    return out
 
 
 def bench_install(w: Workload, *, farms: int, concurrency: int, log: Callable[[str], None]) -> dict[str, Any]:
@@ -193,7 +206,7 @@ def bench_install(w: Workload, *, farms: int, concurrency: int, log: Callable[[s
             procs.append(broker)
             (m,) = _read_until(broker, "READY", 60)
             log(f"  {len(farm)} routers in {len(procs) - 1} farm processes; broker on port {m.group(2)}")
-            return asyncio.run(_install(w, int(m.group(2)), farm, concurrency, log))
+            return asyncio.run(_install(w, int(m.group(2)), farm, concurrency, log, procs))
         finally:
             for p in procs:
                 p.terminate()
@@ -231,8 +244,9 @@ def report(dec: dict[str, Any], inst: dict[str, Any] | None, *, routers: int, su
         verdict = "PASS" if inst["total_s"] <= 20 * subs / 10_000 else "FAIL"
         lines += ["", f"Install through a real broker process and {inst['routers_up']} real routers: "
                       f"**{subs:,} subscriptions in {inst['total_s']:.1f} s** ({inst['rate']:.0f}/s; "
-                      f"outcomes {inst['outcome']}; {inst['held']:,} held at the end). Target 10,000 within 20 s: "
-                      f"**{verdict}**."]
+                      f"outcomes {inst['outcome']}; {inst['held']:,} held at the end; CPU over the install: broker "
+                      f"{inst['cpu_broker_s']:.1f} s, routers {inst['cpu_routers_s']:.1f} s, on 2 cores). "
+                      f"Target 10,000 within 20 s: **{verdict}**."]
     return "\n".join(lines) + "\n"
 
 

@@ -51,7 +51,7 @@ log = logging.getLogger(__name__)
 #: Most subscriptions' router changes grouped into one two-phase transaction, and how long the
 #: writer waits for more when changes are arriving faster than transactions complete.
 GROUP_COMMIT_MAX = 512
-GROUP_COMMIT_LINGER_S = 0.02
+GROUP_COMMIT_LINGER_S = 0.25
 
 
 class LeafBroker:

@@ -352,9 +352,8 @@ class StatusRouter:
         return [self.table.remove(*key) for key in batch]
 
     def _validate_removals(self, batch: list[tuple[str, int, int]]) -> None:
-        present = {(r.route_id, r.variable_id, r.mode) for r in self.table.routes()}
         for key in batch:
-            if key not in present:
+            if not self.table.has(*key):
                 raise NotFound(f"no route {key[0]!r} for variable {key[1]} in mode {key[2]}", field="route_id")
 
     # Two phases for the leaf broker: prepare holds a validated batch, commit applies it whole.
@@ -377,8 +376,7 @@ class StatusRouter:
                            field="transaction_id")
         # Validate again: a channel may have gone since prepare; then nothing is applied.
         self._validate_installs(staged.installs)
-        present = {(r.route_id, r.variable_id, r.mode) for r in self.table.routes()}
-        removals = [k for k in staged.removals if k in present]
+        removals = [k for k in staged.removals if self.table.has(*k)]
         installed = self.install_routes(staged.installs)
         for key in removals:
             self.table.remove(*key)

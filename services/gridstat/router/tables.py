@@ -232,6 +232,10 @@ class RoutingTable:
             for routes in vr.modes:
                 yield from list(routes.values())
 
+    def has(self, route_id: str, variable_id: int, mode: int) -> bool:
+        vr = self._vars.get(variable_id)
+        return vr is not None and 0 <= mode < MODE_SLOTS and route_id in vr.modes[mode]
+
     def pub_interval(self, variable_id: int) -> int:
         return self._vars[variable_id].pub_interval_ms
 

@@ -53,3 +53,9 @@ class ChannelUnavailable(GridStatError):
 
     reason = "Unavailable"
     retriable = True
+
+
+class Unauthorized(GridStatError):
+    """The caller may not do this here (e.g. a client not registered at the relaying edge router)."""
+
+    reason = "Unauthorized"

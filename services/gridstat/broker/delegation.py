@@ -26,8 +26,8 @@ import grpc
 
 from gridstat.broker import parent as plan
 from gridstat.broker.rejections import AdmissionRejected, Offer
-from gridstat.broker.state import ModeQoS, Unauthorized
-from gridstat.errors import ChannelUnavailable, GridStatError, NotFound
+from gridstat.broker.state import ModeQoS
+from gridstat.errors import ChannelUnavailable, GridStatError, NotFound, Unauthorized
 from gridstat.v1 import broker_pb2 as pb
 from gridstat.v1 import broker_pb2_grpc as pb_grpc
 

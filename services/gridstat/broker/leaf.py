@@ -34,14 +34,13 @@ from gridstat.broker.state import (
     ModeQoS,
     RouterEndpoint,
     SubscriptionRecord,
-    Unauthorized,
 )
 from gridstat.broker.store import BrokerStore, record_from_json, var_from_json
 from gridstat.broker.topology import RouterRole
 from gridstat.core.aio import create_guarded_task
 from gridstat.core.model import StatusVariable, TypeSpec, VariableRegistry, split_variable_name
 from gridstat.core.tls import TlsFiles
-from gridstat.errors import DuplicateName, GridStatError, NotFound, TypeMismatch, ValidationError
+from gridstat.errors import DuplicateName, GridStatError, NotFound, TypeMismatch, Unauthorized, ValidationError
 
 if TYPE_CHECKING:
     from gridstat.broker.delegation import UpLink

@@ -30,7 +30,8 @@ from gridstat.broker.delegation import (
 )
 from gridstat.broker.parent_store import ParentStore
 from gridstat.broker.rejections import NoFeasiblePath
-from gridstat.broker.service import ADMISSION_ERRORS, _abort, qos_from_pb, rejection
+from gridstat.broker.service import ADMISSION_ERRORS, qos_from_pb, rejection
+from gridstat.core import rpc
 from gridstat.errors import GridStatError, NotFound, TypeMismatch, UnknownVariable, ValidationError
 from gridstat.v1 import broker_pb2 as pb
 from gridstat.v1 import broker_pb2_grpc as pb_grpc
@@ -367,11 +368,7 @@ class ParentServicer(pb_grpc.QoSBrokerServicer):
         self.broker = broker
 
     async def _run(self, context: Any, call: Callable[[], Awaitable[T]]) -> T:
-        try:
-            return await call()
-        except GridStatError as exc:
-            await _abort(context, exc)
-            raise AssertionError("unreachable: abort raises") from exc
+        return await rpc.guarded(context, call)
 
     async def _leaf_only(self, request: Any, context: Any) -> Any:
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"{type(request).__name__[:-7]} {_LEAF_ONLY}")

@@ -12,19 +12,17 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-import grpc
-
 from gridstat.broker.leaf import LeafBroker, SegmentKind, segment_id
 from gridstat.broker.rejections import CapacityExceeded, LatencyUnattainable, NoFeasiblePath
-from gridstat.broker.state import ForeignChannel, ModeQoS, RouterEndpoint, SubscriptionRecord, Unauthorized
+from gridstat.broker.state import ForeignChannel, ModeQoS, RouterEndpoint, SubscriptionRecord
 from gridstat.broker.topology import RouterRole
+from gridstat.core import rpc
 from gridstat.core.protoconv import type_from_pb, type_to_pb
 from gridstat.errors import (
     ChannelUnavailable,
-    DuplicateName,
     GridStatError,
-    NotFound,
     TypeMismatch,
+    Unauthorized,
     UnknownVariable,
     ValidationError,
 )
@@ -35,23 +33,6 @@ T = TypeVar("T")
 ADMISSION_ERRORS = (NoFeasiblePath, LatencyUnattainable, CapacityExceeded, UnknownVariable, TypeMismatch,
                     Unauthorized, ChannelUnavailable)
 _KIND = {pb.CLIENT_KIND_PUBLISHER: "publisher", pb.CLIENT_KIND_SUBSCRIBER: "subscriber"}
-
-
-def status_code(exc: GridStatError) -> grpc.StatusCode:
-    if isinstance(exc, NotFound | UnknownVariable):
-        return grpc.StatusCode.NOT_FOUND
-    if isinstance(exc, DuplicateName):
-        return grpc.StatusCode.ALREADY_EXISTS
-    if isinstance(exc, Unauthorized):
-        return grpc.StatusCode.PERMISSION_DENIED
-    if exc.retriable:
-        return grpc.StatusCode.UNAVAILABLE
-    return grpc.StatusCode.INVALID_ARGUMENT
-
-
-async def _abort(context: Any, exc: GridStatError) -> None:
-    context.set_trailing_metadata((("gridstat-reason", exc.reason), ("gridstat-field", exc.field or "")))
-    await context.abort(status_code(exc), str(exc))
 
 
 def rejection(exc: GridStatError) -> pb.Rejection:
@@ -92,11 +73,7 @@ class QoSBrokerServicer(pb_grpc.QoSBrokerServicer):
         self.broker = broker
 
     async def _run(self, context: Any, call: Callable[[], Awaitable[T]]) -> T:
-        try:
-            return await call()
-        except GridStatError as exc:
-            await _abort(context, exc)
-            raise AssertionError("unreachable: abort raises") from exc
+        return await rpc.guarded(context, call)
 
     async def RegisterClient(self, request: pb.RegisterClientRequest, context: Any) -> pb.RegisterClientReply:
         async def call() -> pb.RegisterClientReply:

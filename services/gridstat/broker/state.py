@@ -30,15 +30,11 @@ from gridstat.broker.paths import Path, Usable
 from gridstat.broker.resources import SUBSCRIBER_CHANNEL_PREFIX, Reservations
 from gridstat.broker.topology import Channel, RouterRole, Topology
 from gridstat.core.model import MAX_MODES, StatusVariable, VariableRegistry
-from gridstat.errors import DuplicateName, GridStatError, NotFound, ValidationError
+from gridstat.errors import DuplicateName, GridStatError, NotFound, Unauthorized, ValidationError
 
 PUBLISHER_CHANNEL_PREFIX = "pub:"
 #: Client ids start here so that they never collide with router ids (sender ids share one space).
 FIRST_CLIENT_ID = 1_000_000
-
-
-class Unauthorized(GridStatError):
-    reason = "Unauthorized"
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,9 @@ from typing import Any, TypeVar
 
 import grpc
 
+from gridstat.core import rpc
 from gridstat.core.tls import TlsFiles
-from gridstat.errors import DuplicateName, GridStatError, NotFound, ValidationError
+from gridstat.errors import GridStatError, ValidationError
 from gridstat.router.channels import ChannelKind, EventChannel
 from gridstat.router.process import RouteInstall, StatusRouter
 from gridstat.router.tables import Route
@@ -32,23 +33,11 @@ _KINDS = {
 _KIND_CODES = {v: k for k, v in _KINDS.items()}
 
 
-def status_code(exc: GridStatError) -> grpc.StatusCode:
-    if isinstance(exc, NotFound):
-        return grpc.StatusCode.NOT_FOUND
-    if isinstance(exc, DuplicateName):
-        return grpc.StatusCode.ALREADY_EXISTS
-    if exc.retriable:
-        return grpc.StatusCode.UNAVAILABLE
-    return grpc.StatusCode.INVALID_ARGUMENT
-
-
 async def _guard(context: grpc.aio.ServicerContext[Any, Any], call: Callable[[], T]) -> T:
     try:
         return call()
     except GridStatError as exc:
-        context.set_trailing_metadata((("gridstat-reason", exc.reason), ("gridstat-field", exc.field or "")))
-        await context.abort(status_code(exc), str(exc))
-        raise  # unreachable: abort raises
+        await rpc.abort(context, exc)
 
 
 def route_to_pb(r: Route, pub_interval_ms: int, alert: bool = False) -> pb.Route:

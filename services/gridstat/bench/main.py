@@ -42,7 +42,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     b.add_argument("--routers", type=int, default=0, help="routers in the cloud (default 200)")
     b.add_argument("--subs", type=int, default=0, help="subscriptions (default 10,000)")
     b.add_argument("--farms", type=int, default=4, help="router farm processes")
-    b.add_argument("--concurrency", type=int, default=256, help="Subscribe RPCs in flight")
+    b.add_argument("--concurrency", type=int, default=1024, help="Subscribe RPCs in flight")
     b.add_argument("--decisions-only", action="store_true", help="skip the install through real processes")
     _write_args(b)
 

@@ -50,7 +50,8 @@ log = logging.getLogger(__name__)
 #: Most subscriptions' router changes grouped into one two-phase transaction, and how long the
 #: writer waits for more when changes are arriving faster than transactions complete.
 GROUP_COMMIT_MAX = 512
-GROUP_COMMIT_LINGER_S = 0.25
+GROUP_COMMIT_LINGER_S = 1.0
+GROUP_COMMIT_QUIET_S = 0.02
 
 
 class LeafBroker:
@@ -334,11 +335,15 @@ class LeafBroker:
     async def _write_queued(self) -> None:
         contended = False
         while self._queued:
-            if contended and len(self._queued) < GROUP_COMMIT_MAX:
-                # Changes kept arriving while the last transaction was in flight: linger a moment
-                # so that the next one carries more of them (Kafka's linger.ms). An isolated
-                # change (nothing in flight) goes out at once.
-                await asyncio.sleep(GROUP_COMMIT_LINGER_S)
+            if contended:
+                # Changes kept arriving while the last transaction was in flight: linger while
+                # more keep coming (up to GROUP_COMMIT_LINGER_S, as Kafka's linger.ms) so that the
+                # next transaction carries them all. An isolated change goes out at once.
+                deadline = time.monotonic() + GROUP_COMMIT_LINGER_S
+                seen = -1
+                while seen != len(self._queued) < GROUP_COMMIT_MAX and time.monotonic() < deadline:
+                    seen = len(self._queued)
+                    await asyncio.sleep(GROUP_COMMIT_QUIET_S)
             batch, self._queued = self._queued[:GROUP_COMMIT_MAX], self._queued[GROUP_COMMIT_MAX:]
             contended = bool(self._queued) or len(batch) > 1
             merged: dict[str, RouterChange] = {}

@@ -155,6 +155,8 @@ class CloudState:
     _reservations: dict[int, Reservations] = field(default_factory=dict)
     _parents: dict[tuple[int, int], dict[str, Counter[str]]] = field(default_factory=dict)
     _by_router: dict[str, set[str]] = field(default_factory=dict)
+    #: (subscriber, variable) -> subscription id, for the duplicate check (segments excluded).
+    _by_subscriber: dict[tuple[str, str], str] = field(default_factory=dict)
 
     # -- clients and publications ------------------------------------------------------------
     def client(self, kind: str, name: str) -> Client:
@@ -205,10 +207,10 @@ class CloudState:
     def admit(self, subscription_id: str, subscriber: str, var: StatusVariable, qos: Iterable[ModeQoS],
               edge_router: str) -> SubscriptionRecord:
         """Plan every mode, then reserve all of them; a rejection in any mode reserves nothing."""
-        for rec in self.subscriptions.values():
-            if rec.subscriber == subscriber and rec.variable == var.full_name and not rec.segment:
-                raise DuplicateName(f"{subscriber!r} already subscribes to {var.full_name!r} "
-                                    f"({rec.subscription_id}); change it instead", field="variable")
+        existing = self._by_subscriber.get((subscriber, var.full_name))
+        if existing is not None:
+            raise DuplicateName(f"{subscriber!r} already subscribes to {var.full_name!r} "
+                                f"({existing}); change it instead", field="variable")
         publisher = self.client("publisher", var.publisher)
         return self.admit_path(subscription_id, subscriber, var.full_name, var.variable_id,
                                var.effective_interval_ms, var.alert, qos, publisher.edge_router, edge_router)
@@ -294,10 +296,15 @@ class CloudState:
                         self._by_router.get(r, set()).discard(record.subscription_id)
             if not parents:
                 self._parents.pop((mode, record.variable_id), None)
+        key = (record.subscriber, record.variable)
         if sign > 0:
             self.subscriptions[record.subscription_id] = record
+            if not record.segment:
+                self._by_subscriber[key] = record.subscription_id
         else:
             self.subscriptions.pop(record.subscription_id, None)
+            if self._by_subscriber.get(key) == record.subscription_id:
+                del self._by_subscriber[key]
 
     # -- what the routers should hold ----------------------------------------------------------
     def desired_channels(self, router: str) -> list[DesiredChannel]:

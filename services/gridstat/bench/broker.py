@@ -247,6 +247,16 @@ def report(dec: dict[str, Any], inst: dict[str, Any] | None, *, routers: int, su
                       f"outcomes {inst['outcome']}; {inst['held']:,} held at the end; CPU over the install: broker "
                       f"{inst['cpu_broker_s']:.1f} s, routers {inst['cpu_routers_s']:.1f} s, on 2 cores). "
                       f"Target 10,000 within 20 s: **{verdict}**."]
+    lines += [
+        "",
+        "How an install is spent: the broker decides under its lock (the decision row), then writes the "
+        "routers outside it; concurrent installs are grouped into one two-phase transaction per router "
+        "(group commit, lingering while requests keep arriving, up to 1 s), so a burst costs about two "
+        "RPCs per router touched rather than two per subscription. The broker process is the bottleneck "
+        "(one Python thread for decisions, gRPC and SQLite: about 2 ms of CPU per subscription at 10,000 "
+        "held); the 200 routers share the other core in four farm processes. A single Subscribe on an idle "
+        "broker is answered in a few milliseconds (no linger without contention).",
+    ]
     return "\n".join(lines) + "\n"
 
 

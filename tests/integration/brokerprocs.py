@@ -47,7 +47,7 @@ class BrokerProc:
 
 def start_broker(name: str, state: str, *, port: int = 0, extra: tuple[str, ...] = ()) -> BrokerProc:
     cmd = [sys.executable, "-m", "gridstat.broker.main", "--name", name, "--port", str(port), "--state", state,
-           "--supervise-interval-ms", "200", *extra]
+           "--supervise-interval-ms", "200", "--exit-with-parent", *extra]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
     assert proc.stdout is not None

@@ -50,7 +50,7 @@ def start_router(name: str, router_id: int, *, port: int = 0, control_port: int 
                  role: str = "internal", extra: tuple[str, ...] = (), timeout_s: float = 20.0) -> RouterProc:
     cmd = [sys.executable, "-m", "gridstat.cli.main", "router", "--name", name, "--id", str(router_id),
            "--port", str(port), "--control-port", str(control_port), "--variant", variant, "--role", role,
-           "--ping-interval-ms", "50", "--failure-timeout-ms", "300", *extra]
+           "--ping-interval-ms", "50", "--failure-timeout-ms", "300", "--exit-with-parent", *extra]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
     assert proc.stdout is not None

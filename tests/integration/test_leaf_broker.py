@@ -58,16 +58,20 @@ class Sink:
 
 @pytest.fixture
 def cloud(tmp_path: Path):  # type: ignore[no-untyped-def]
-    routers = {name: start_router(name, rid, role=role) for name, rid, role in ROUTERS}
-    broker = start_broker("A", str(tmp_path / "A.sqlite"))
+    routers: dict = {}  # type: ignore[type-arg]
+    broker = None
     try:
+        for name, rid, role in ROUTERS:
+            routers[name] = start_router(name, rid, role=role)
+        broker = start_broker("A", str(tmp_path / "A.sqlite"))
         for name, _, role in ROUTERS:
             add_router(broker, routers[name], role)
         for a, b, lat in LINKS:
             add_link(broker, a, b, latency_ms=lat)
         yield broker, routers
     finally:
-        broker.stop()
+        if broker is not None:
+            broker.stop()
         for r in routers.values():
             r.stop()
 

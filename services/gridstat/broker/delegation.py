@@ -27,6 +27,7 @@ import grpc
 from gridstat.broker import parent as plan
 from gridstat.broker.rejections import AdmissionRejected, Offer
 from gridstat.broker.state import ModeQoS
+from gridstat.core import rpc
 from gridstat.errors import ChannelUnavailable, GridStatError, NotFound, Unauthorized
 from gridstat.v1 import broker_pb2 as pb
 from gridstat.v1 import broker_pb2_grpc as pb_grpc
@@ -57,7 +58,7 @@ class Peer:
 
     def __init__(self, address: str) -> None:
         self.address = address
-        self.channel = grpc.aio.insecure_channel(address)
+        self.channel = grpc.aio.insecure_channel(address, options=rpc.channel_options())
         self.broker = pb_grpc.QoSBrokerStub(self.channel)  # type: ignore[no-untyped-call]
         self.segments = pb_grpc.SegmentsStub(self.channel)  # type: ignore[no-untyped-call]
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import grpc
 
 from gridstat.broker.state import DesiredChannel, DesiredRoute, RouterEndpoint
+from gridstat.core import rpc
 from gridstat.core.tls import TlsFiles
 from gridstat.errors import ChannelUnavailable
 from gridstat.v1 import router_pb2 as pb
@@ -55,10 +56,12 @@ class RouterLink:
 
     def __init__(self, endpoint: RouterEndpoint, tls: TlsFiles | None = None) -> None:
         self.endpoint = endpoint
+        options = rpc.channel_options()
         if tls is None:
-            self.channel = grpc.aio.insecure_channel(endpoint.control_address)
+            self.channel = grpc.aio.insecure_channel(endpoint.control_address, options=options)
         else:
-            self.channel = grpc.aio.secure_channel(endpoint.control_address, tls.channel_credentials())
+            self.channel = grpc.aio.secure_channel(endpoint.control_address, tls.channel_credentials(),
+                                                   options=options)
         self.stub = pb_grpc.RouterControlStub(self.channel)  # type: ignore[no-untyped-call]
         self.boot_id: str | None = None
         self.up = False

@@ -8,6 +8,7 @@ field travel in the trailing metadata keys ``gridstat-reason`` and
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn, TypeVar
 
@@ -40,8 +41,43 @@ async def abort(context: Any, exc: GridStatError) -> NoReturn:
 
 
 async def guarded(context: Any, call: Callable[[], Awaitable[T]]) -> T:
-    """Run a servicer's work, turning a GridStatError into the call's error status."""
+    """Run a servicer's work, turning a GridStatError into the call's error status.
+
+    A failed call to another role (a child broker, a router) that escapes the work is passed on
+    with its own status: UNAVAILABLE (retriable) for a peer that cannot be reached.
+    """
     try:
         return await call()
     except GridStatError as exc:
         await abort(context, exc)
+    except grpc.aio.AioRpcError as exc:
+        code = exc.code()
+        if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+            err = GridStatError(f"a peer did not answer: {exc.details()}", reason="PeerUnavailable")
+            err.retriable = True
+            await abort(context, err)
+        context.set_trailing_metadata(tuple(exc.trailing_metadata() or ()))
+        await context.abort(code, exc.details() or "")
+        raise AssertionError("unreachable: abort raises") from exc
+
+
+#: Client-side retries for calls between roles: UNAVAILABLE (no connection, the peer restarting) is
+#: retried with exponential backoff by gRPC itself; the channel reconnects with backoff too.
+RETRY_SERVICE_CONFIG = json.dumps({
+    "methodConfig": [{
+        "name": [{}],
+        "retryPolicy": {
+            "maxAttempts": 4,
+            "initialBackoff": "0.1s",
+            "maxBackoff": "2s",
+            "backoffMultiplier": 2,
+            "retryableStatusCodes": ["UNAVAILABLE"],
+        },
+    }],
+})
+
+
+def channel_options() -> list[tuple[str, Any]]:
+    """Options of every channel one role opens to another."""
+    return [("grpc.enable_retries", 1), ("grpc.service_config", RETRY_SERVICE_CONFIG),
+            ("grpc.initial_reconnect_backoff_ms", 100), ("grpc.max_reconnect_backoff_ms", 5000)]

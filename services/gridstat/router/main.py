@@ -35,6 +35,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--control-port", type=int, default=0, help="gRPC control port (0 = any)")
     p.add_argument("--mtu", type=int, default=1472, help="largest packed datagram in bytes")
     p.add_argument("--queue-capacity", type=int, default=4096, help="queued events per channel before drops")
+    p.add_argument("--drain-batch", type=int, default=256,
+                   help="most datagrams read per wake-up before the event loop runs other work")
     p.add_argument("--ping-interval-ms", type=int, default=100)
     p.add_argument("--failure-timeout-ms", type=int, default=500)
     p.add_argument("--future-tolerance-ms", type=int, default=5000,
@@ -61,7 +63,7 @@ async def _run(args: argparse.Namespace) -> None:
         name=args.name, router_id=args.router_id, role=Role.parse(args.role), variant=Variant.parse(args.variant),
         host=args.host, port=args.port, mtu=args.mtu, queue_capacity=args.queue_capacity,
         ping_interval_ms=args.ping_interval_ms, failure_timeout_ms=args.failure_timeout_ms,
-        future_tolerance_ms=args.future_tolerance_ms,
+        future_tolerance_ms=args.future_tolerance_ms, drain_batch=args.drain_batch,
     )
     tls = None
     if args.tls_cert or args.tls_key:

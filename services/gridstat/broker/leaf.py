@@ -24,6 +24,7 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING
 
 from gridstat.broker import installer
+from gridstat.broker.groupcommit import GroupCommit
 from gridstat.broker.installer import RouterChange, RouterLink
 from gridstat.broker.paths import Path
 from gridstat.broker.state import (
@@ -47,11 +48,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: Most subscriptions' router changes grouped into one two-phase transaction, and how long the
-#: writer waits for more when changes are arriving faster than transactions complete.
-GROUP_COMMIT_MAX = 2048
-GROUP_COMMIT_LINGER_S = 1.0
-GROUP_COMMIT_QUIET_S = 0.02
 
 
 class LeafBroker:
@@ -69,8 +65,7 @@ class LeafBroker:
         self.rebuilds = 0
         self._next_check: dict[str, float] = {}
         self._dirty: set[str] = set()
-        self._queued: list[tuple[dict[str, RouterChange], asyncio.Future[None], SubscriptionRecord | None]] = []
-        self._writer: asyncio.Task[None] | None = None
+        self.writer = GroupCommit(self.links, persist=self._persist, taken=self._taken)
         #: Reserved, not yet committed inter-cloud segments and their deadlines.
         self._pending: dict[str, float] = {}
         self._task: asyncio.Task[None] | None = None
@@ -316,64 +311,15 @@ class LeafBroker:
         return record
 
     async def _apply(self, changes: dict[str, RouterChange], *, persist: SubscriptionRecord | None = None) -> None:
-        """Write a change to the routers, grouped with the changes waiting meanwhile (group commit).
+        """Write a change to the routers through the group commit (``broker.groupcommit``)."""
+        await self.writer.apply(changes, record=persist)
 
-        One two-phase transaction carries every change queued while the previous one was in
-        flight, so N concurrent subscriptions cost two RPCs per router touched instead of 2N.
-        If a grouped transaction fails, its changes are retried one by one so that only the
-        change that cannot be installed fails. ``persist`` is written to the durable state in
-        the same SQLite transaction as the rest of the group, once the routers have taken it.
-        """
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._queued.append((changes, future, persist))
-        if self._writer is None or self._writer.done():
-            self._writer = asyncio.get_running_loop().create_task(self._write_queued())
-        await future
-
-    async def _write_queued(self) -> None:
-        contended = False
-        while self._queued:
-            if contended:
-                # Changes kept arriving while the last transaction was in flight: linger while
-                # more keep coming (up to GROUP_COMMIT_LINGER_S, as Kafka's linger.ms) so that the
-                # next transaction carries them all. An isolated change goes out at once.
-                deadline = time.monotonic() + GROUP_COMMIT_LINGER_S
-                seen = -1
-                while seen != len(self._queued) < GROUP_COMMIT_MAX and time.monotonic() < deadline:
-                    seen = len(self._queued)
-                    await asyncio.sleep(GROUP_COMMIT_QUIET_S)
-            batch, self._queued = self._queued[:GROUP_COMMIT_MAX], self._queued[GROUP_COMMIT_MAX:]
-            contended = bool(self._queued) or len(batch) > 1
-            installs: dict[str, list[DesiredRoute]] = {}
-            removals: dict[str, list[tuple[str, int, int]]] = {}
-            for changes, _, _ in batch:
-                for name, c in changes.items():
-                    installs.setdefault(name, []).extend(c.install)
-                    removals.setdefault(name, []).extend(c.remove)
-            merged = {n: RouterChange(tuple(installs[n]), tuple(removals[n])) for n in installs}
-            try:
-                await installer.apply_transaction(self.links, merged)
-            except GridStatError as exc:
-                if len(batch) == 1:
-                    batch[0][1].set_exception(exc)
-                    continue
-                for changes, future, record in batch:
-                    try:
-                        await installer.apply_transaction(self.links, changes)
-                    except GridStatError as one:
-                        future.set_exception(one)
-                    else:
-                        self._persist([record])
-                        future.set_result(None)
-                continue
-            self._persist([record for _, _, record in batch])
-            # Routers that just took a transaction are alive: their next health check can wait
-            # (a restarted router fails the next prepare, so it is checked on schedule).
-            later = time.monotonic() + self.supervise_interval_s
-            for name in merged:
-                self._next_check[name] = max(self._next_check.get(name, 0.0), later)
-            for _, future, _ in batch:
-                future.set_result(None)
+    def _taken(self, routers: list[str]) -> None:
+        # Routers that just took a transaction are alive: their next health check can wait
+        # (a restarted router fails the next prepare, so it is checked on schedule).
+        later = time.monotonic() + self.supervise_interval_s
+        for name in routers:
+            self._next_check[name] = max(self._next_check.get(name, 0.0), later)
 
     def _persist(self, records: list[SubscriptionRecord | None]) -> None:
         with self.store.transaction():

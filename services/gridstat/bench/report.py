@@ -181,8 +181,9 @@ def router_report(res: dict[str, Any], facts: dict[str, str]) -> tuple[str, dict
         "Routes: every variable at its publication interval (1 ms, or 50 ms for the reference), so the rate "
         "filter passes everything and a router forwards every event; variant "
         f"`{res['variant']}`. "
-        + ("Routers pinned to core 1, publisher, subscriber and orchestrator to core 0 "
-           "(`os.sched_setaffinity`, every thread), so the router under test has a core to itself; "
+        + ("The router under test (r1) pinned to core 1; publisher, subscriber, orchestrator and the routers "
+           "r2..r7 (used only by the hop table) to core 0 (`os.sched_setaffinity`, every thread), so the "
+           "router under test has a core to itself; "
            if res["pinned"] else "Not pinned (fewer than 2 cores); ")
         + "router CPU is the on-CPU time of all the router's threads from /proc/PID/task/*/schedstat (ns) over "
         "the trial, "

@@ -12,9 +12,11 @@ Channels and routes are installed over the gRPC control API (AddChannel,
 InstallRoutes); drops and counters come from GetStats; router CPU from
 /proc/PID/task/*/schedstat (on-CPU ns, all threads) over the trial.
 
-On a 2-core machine the routers are pinned to core 1 and the publisher,
-subscriber and this orchestrator to core 0 (``os.sched_setaffinity``), so one
-router gets one core to itself.
+On a 2-core machine the router under test (r1) is pinned to core 1 and
+everything else, the publisher, the subscriber, this orchestrator and the routers
+r2..r7 that only the hop table uses, to core 0 (``os.sched_setaffinity``), so r1
+has a core to itself: idle routers' liveness pings and gRPC threads on r1's core
+showed up in its latency tail (a deployment runs one router per host or core).
 """
 
 from __future__ import annotations
@@ -236,6 +238,11 @@ class RouterProc:
                 s.close()
 
 
+def router_cpu(k: int) -> int:
+    """r1, the router under test, alone on its core; the others with the load generator."""
+    return ROUTER_CPU if k == 1 else PEER_CPU
+
+
 def start_routers(n: int, variant: str, timeout_s: float = 30.0) -> tuple[list[RouterProc], str]:
     base, how = router_command()
     out: list[RouterProc] = []
@@ -244,7 +251,7 @@ def start_routers(n: int, variant: str, timeout_s: float = 30.0) -> tuple[list[R
             cmd = [*base, "--name", f"r{k}", "--id", str(k), "--variant", variant, "--control-port", "0"]
             proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
-            pin(proc.pid, ROUTER_CPU)
+            pin(proc.pid, router_cpu(k))
             out.append(RouterProc(f"r{k}", k, proc))
         deadline = time.monotonic() + timeout_s
         for r in out:
@@ -265,7 +272,7 @@ def start_routers(n: int, variant: str, timeout_s: float = 30.0) -> tuple[list[R
             r.port, r.control_port = int(m.group(2)), int(m.group(3))
             r.channel = grpc.insecure_channel(f"127.0.0.1:{r.control_port}")
             r.stub = pb_grpc.RouterControlStub(r.channel)  # type: ignore[no-untyped-call]
-            pin(r.proc.pid, ROUTER_CPU)  # again, now that grpc's threads exist
+            pin(r.proc.pid, router_cpu(r.router_id))  # again, now that grpc's threads exist
             # The router logs to stderr only on warnings; drain it into nothing so the pipe never fills.
             if r.proc.stderr is not None:
                 os.set_blocking(r.proc.stderr.fileno(), False)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 import time
 from collections.abc import Iterable
 from dataclasses import asdict
@@ -37,6 +36,7 @@ from gridstat.broker.state import (
     SubscriptionRecord,
 )
 from gridstat.broker.store import BrokerStore, record_from_json, var_from_json
+from gridstat.broker.supervisor import RouterSupervisor
 from gridstat.broker.topology import RouterRole
 from gridstat.core.aio import create_guarded_task
 from gridstat.core.model import StatusVariable, TypeSpec, VariableRegistry, split_variable_name
@@ -62,10 +62,9 @@ class LeafBroker:
         self.supervise_interval_s = supervise_interval_s
         self.lock = asyncio.Lock()
         self.current_mode = 0
-        self.rebuilds = 0
-        self._next_check: dict[str, float] = {}
-        self._dirty: set[str] = set()
-        self.writer = GroupCommit(self.links, persist=self._persist, taken=self._taken)
+        self.supervisor = RouterSupervisor(self.state, self.links, self.lock, interval_s=supervise_interval_s,
+                                           before_pass=self._expire_before_pass)
+        self.writer = GroupCommit(self.links, persist=self._persist, taken=self.supervisor.postpone)
         #: Reserved, not yet committed inter-cloud segments and their deadlines.
         self._pending: dict[str, float] = {}
         self._task: asyncio.Task[None] | None = None
@@ -79,7 +78,7 @@ class LeafBroker:
             return
         self._started = True
         self._load()
-        self._task = create_guarded_task(self._supervise(), name=f"broker-{self.name}-supervise")
+        self._task = create_guarded_task(self.supervisor.run(), name=f"broker-{self.name}-supervise")
 
     async def stop(self) -> None:
         if self._closed:
@@ -143,7 +142,7 @@ class LeafBroker:
             self.state.down.add(ep.name)
             with self.store.transaction():
                 self.store.put_router(ep, role.value, capacity_eps)
-        await self.check_router(ep.name)
+        await self.supervisor.check(ep.name)
 
     async def remove_router(self, name: str) -> None:
         async with self.lock:
@@ -162,7 +161,7 @@ class LeafBroker:
         if link is not None:
             await link.close()
         for ch in removed:
-            self._mark_dirty(ch.src if ch.src != name else ch.dst)
+            self.supervisor.mark_dirty(ch.src if ch.src != name else ch.dst)
 
     async def add_channel(self, a: str, b: str, *, bandwidth_bps: float, latency_ms: float,
                           capacity_eps: float | None = None, both: bool = True) -> None:
@@ -184,8 +183,8 @@ class LeafBroker:
                                                          "bandwidth_bps": ch.bandwidth_bps, "latency_ms": ch.latency_ms,
                                                          "event_capacity_eps": ch.event_capacity_eps})
         # Open the router-side channels now, so that a subscription right after can use them.
-        await self._reconcile_now(a)
-        await self._reconcile_now(b)
+        await self.supervisor.reconcile_now(a)
+        await self.supervisor.reconcile_now(b)
 
     async def remove_channel(self, a: str, b: str, *, both: bool = True) -> None:
         async with self.lock:
@@ -202,8 +201,8 @@ class LeafBroker:
                 for n in names:
                     topo.remove_channel(n)
                     self.store.delete("channels", n)
-        await self._reconcile_now(a)
-        await self._reconcile_now(b)
+        await self.supervisor.reconcile_now(a)
+        await self.supervisor.reconcile_now(b)
 
     # -- clients and publications --------------------------------------------------------------
     async def register_client(self, name: str, kind: str, edge_router: str, host: str = "", port: int = 0,
@@ -222,16 +221,16 @@ class LeafBroker:
                 self.store.put_client(client)
                 self._save_counters()
             if old is not None and old.edge_router != edge_router:
-                self._mark_dirty(old.edge_router)
+                self.supervisor.mark_dirty(old.edge_router)
         link = self.links.get(edge_router)
         same = old is not None and (old.edge_router, old.host, old.port) == (edge_router, host, port) and not restarted
         if link is not None and edge_router not in self.state.down and not same:
             try:
                 if await installer.ensure_channel(link, self.state.desired_channel(edge_router, client.channel)):
-                    self._mark_dirty(edge_router)  # the channel was replaced: put its routes back
+                    self.supervisor.mark_dirty(edge_router)  # the channel was replaced: put its routes back
             except Exception as exc:  # the supervisor's reconciliation opens it later
                 log.warning("opening %s on %s: %s", client.channel, edge_router, exc)
-                self._mark_dirty(edge_router)
+                self.supervisor.mark_dirty(edge_router)
         return client.client_id, restarted
 
     async def _drop_client_state(self, name: str, kind: str) -> None:
@@ -252,7 +251,7 @@ class LeafBroker:
             with self.store.transaction():
                 self.store.delete("clients", f"{kind}/{name}")
             removed = before - len(self.state.subscriptions)
-        await self._reconcile_now(client.edge_router)
+        await self.supervisor.reconcile_now(client.edge_router)
         return removed
 
     async def register_publication(self, publisher: str, variable: str, type_spec: TypeSpec, *, interval_ms: int,
@@ -314,13 +313,6 @@ class LeafBroker:
         """Write a change to the routers through the group commit (``broker.groupcommit``)."""
         await self.writer.apply(changes, record=persist)
 
-    def _taken(self, routers: list[str]) -> None:
-        # Routers that just took a transaction are alive: their next health check can wait
-        # (a restarted router fails the next prepare, so it is checked on schedule).
-        later = time.monotonic() + self.supervise_interval_s
-        for name in routers:
-            self._next_check[name] = max(self._next_check.get(name, 0.0), later)
-
     def _persist(self, records: list[SubscriptionRecord | None]) -> None:
         with self.store.transaction():
             for record in records:
@@ -343,7 +335,7 @@ class LeafBroker:
             # removal is put right by reconciliation when it answers again.
             log.warning("removing %s: %s; the routers will be reconciled", subscription_id, exc)
             for name in up:
-                self._mark_dirty(name)
+                self.supervisor.mark_dirty(name)
         with self.store.transaction():
             self.store.delete("subscriptions", subscription_id)
         return sum(len(c.remove) for c in changes.values())
@@ -402,7 +394,7 @@ class LeafBroker:
             self.state.foreign[(f.border_router, f.foreign_router)] = f
             with self.store.transaction():
                 self.store.put("foreign_channels", f"{f.border_router}>{f.foreign_router}", asdict(f))
-        await self._reconcile_now(f.border_router)
+        await self.supervisor.reconcile_now(f.border_router)
 
     async def remove_foreign_channel(self, border_router: str, foreign_router: str) -> None:
         async with self.lock:
@@ -414,7 +406,7 @@ class LeafBroker:
                 raise NotFound(f"no inter-cloud channel {border_router}->{foreign_router}", field="channel")
             with self.store.transaction():
                 self.store.delete("foreign_channels", f"{border_router}>{foreign_router}")
-        await self._reconcile_now(border_router)
+        await self.supervisor.reconcile_now(border_router)
 
     def resolve_variable(self, full_name: str) -> tuple[StatusVariable, str]:
         """``getVariableId``: a variable published in this cloud and its publisher's edge router."""
@@ -481,73 +473,14 @@ class LeafBroker:
             self.state.remove(sid)
             log.warning("segment %s expired before commit; its reservation is released", sid)
 
-    # -- supervision (dissertation 3.7: the LQB rebuilds a restarted router) ----------------------
-    def _mark_dirty(self, router: str) -> None:
-        """Have the supervisor reconcile this router at its next pass."""
-        self._dirty.add(router)
-        self._next_check[router] = 0.0
+    async def _expire_before_pass(self) -> None:
+        if self._pending:
+            async with self.lock:
+                self._expire_pending()
 
-    async def _reconcile_now(self, router: str) -> None:
-        link = self.links.get(router)
-        if link is None or router in self.state.down:
-            self._mark_dirty(router)
-            return
-        async with self.lock:
-            try:
-                await installer.reconcile(link, self.state.desired_channels(router),
-                                          self.state.desired_routes(router))
-            except GridStatError as exc:
-                log.warning("reconciling %s: %s", router, exc)
-            except Exception as exc:  # grpc errors: the supervisor retries
-                log.warning("reconciling %s failed: %s", router, exc)
-                self._mark_dirty(router)
-
-    async def check_router(self, name: str) -> None:
-        link = self.links.get(name)
-        if link is None:
-            return
-        health = await link.health()
-        if health is None:
-            link.failures += 1
-            if name not in self.state.down and link.up:
-                log.warning("broker %s: router %s does not answer; new paths avoid it", self.name, name)
-            link.up = False
-            self.state.down.add(name)
-            backoff = min(5.0, self.supervise_interval_s * 2 ** min(link.failures, 4))
-            self._next_check[name] = time.monotonic() + backoff * (0.8 + 0.4 * random.random())
-            return
-        async with self.lock:
-            # Decided under the lock: a concurrent check of the same router (the supervisor and
-            # add_router) must not rebuild twice or take a first contact for a restart.
-            restarted = health.boot_id != link.boot_id
-            if restarted or not link.up or name in self._dirty:
-                self._dirty.discard(name)
-                try:
-                    n = await installer.reconcile(link, self.state.desired_channels(name),
-                                                  self.state.desired_routes(name))
-                except Exception as exc:
-                    log.warning("rebuilding router %s failed: %s; retrying", name, exc)
-                    self._next_check[name] = time.monotonic() + self.supervise_interval_s
-                    return
-                if restarted and link.boot_id is not None:
-                    self.rebuilds += 1
-                    log.warning("broker %s: router %s restarted; rebuilt with %d changes", self.name, name, n)
-                link.boot_id = health.boot_id
-        link.up = True
-        link.failures = 0
-        self.state.down.discard(name)
-        self._next_check[name] = time.monotonic() + self.supervise_interval_s
-
-    async def _supervise(self) -> None:
-        while True:
-            if self._pending:
-                async with self.lock:
-                    self._expire_pending()
-            now = time.monotonic()
-            due = [n for n in list(self.links) if self._next_check.get(n, 0.0) <= now]
-            if due:
-                await asyncio.gather(*(self.check_router(n) for n in due), return_exceptions=True)
-            await asyncio.sleep(min(0.1, self.supervise_interval_s))
+    @property
+    def rebuilds(self) -> int:
+        return self.supervisor.rebuilds
 
 
 class SegmentKind:

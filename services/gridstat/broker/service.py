@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from gridstat.broker.leaf import LeafBroker, SegmentKind, segment_id
+from gridstat.broker.leaf import LeafBroker
 from gridstat.broker.rejections import CapacityExceeded, LatencyUnattainable, NoFeasiblePath
+from gridstat.broker.segments import SegmentKind, segment_id
 from gridstat.broker.state import ForeignChannel, ModeQoS, RouterEndpoint, SubscriptionRecord
 from gridstat.broker.topology import RouterRole
 from gridstat.core import rpc

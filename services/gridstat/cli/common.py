@@ -17,7 +17,6 @@ import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TypeVar
 
 import grpc
@@ -105,13 +104,7 @@ class Tls:
         return tls if (tls.ca or tls.cert) else None
 
     def credentials(self) -> grpc.ChannelCredentials:
-        if self.cert:
-            return TlsFiles(self.cert, self.key, self.ca).channel_credentials()
-        try:
-            ca = Path(self.ca).read_bytes()
-        except OSError as exc:
-            raise ValidationError(f"cannot read tls_ca {self.ca!r}: {exc.strerror}", field="tls_ca") from exc
-        return grpc.ssl_channel_credentials(root_certificates=ca)
+        return TlsFiles(self.cert, self.key, self.ca).channel_credentials()
 
 
 def open_channel(address: str, tls: Tls | None) -> grpc.Channel:

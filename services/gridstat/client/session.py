@@ -14,7 +14,6 @@ import asyncio
 import random
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, NamedTuple
 
 import grpc
@@ -201,20 +200,6 @@ def error_from_rpc(exc: grpc.aio.AioRpcError, *, subscribing: bool = False) -> G
     return GridStatError(details, reason=reason, field=fld)
 
 
-def _credentials(tls: TlsFiles) -> grpc.ChannelCredentials:
-    if tls.cert and tls.key:
-        return tls.channel_credentials()
-    if tls.cert or tls.key:
-        raise ValidationError("TLS certificate and key go together", field="tls")
-    root = None
-    if tls.ca:
-        try:
-            root = Path(tls.ca).read_bytes()
-        except OSError as exc:
-            raise ValidationError(f"cannot read tls_ca {tls.ca!r}: {exc.strerror}", field="tls_ca") from exc
-    return grpc.ssl_channel_credentials(root_certificates=root)
-
-
 def parse_address(address: str) -> tuple[str, int]:
     host, sep, port = address.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
@@ -241,7 +226,7 @@ class EdgeSession:
         if tls is None:
             self._channel = grpc.aio.insecure_channel(edge_control, options=_CHANNEL_OPTIONS)
         else:
-            self._channel = grpc.aio.secure_channel(edge_control, _credentials(tls), options=_CHANNEL_OPTIONS)
+            self._channel = grpc.aio.secure_channel(edge_control, tls.channel_credentials(), options=_CHANNEL_OPTIONS)
         self._stub = epb_grpc.EdgeProxyStub(self._channel)  # type: ignore[no-untyped-call]
 
     async def close(self) -> None:

@@ -25,8 +25,8 @@ def _read(path: str, what: str) -> bytes:
 
 @dataclass(frozen=True)
 class TlsFiles:
-    cert: str
-    key: str
+    cert: str = ""
+    key: str = ""
     #: CA that signs peers' certificates; on a server it turns on client authentication (mTLS).
     ca: str = ""
 
@@ -38,6 +38,10 @@ class TlsFiles:
         return grpc.ssl_server_credentials([pair])
 
     def channel_credentials(self) -> grpc.ChannelCredentials:
+        """Client side: mutual TLS with cert and key; server-authenticated TLS with only a CA."""
+        if bool(self.cert) != bool(self.key):
+            raise ValidationError("a TLS certificate and its key go together", field="tls_key")
         return grpc.ssl_channel_credentials(
             root_certificates=_read(self.ca, "tls_ca") if self.ca else None,
-            private_key=_read(self.key, "tls_key"), certificate_chain=_read(self.cert, "tls_cert"))
+            private_key=_read(self.key, "tls_key") if self.key else None,
+            certificate_chain=_read(self.cert, "tls_cert") if self.cert else None)

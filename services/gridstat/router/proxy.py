@@ -16,7 +16,6 @@ import asyncio
 import logging
 import random
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 import grpc
@@ -46,22 +45,6 @@ CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
     ("grpc.max_reconnect_backoff_ms", 2000),
     ("grpc.keepalive_time_ms", 30_000),
 )
-
-
-def channel_credentials(tls: TlsFiles) -> grpc.ChannelCredentials:
-    """TLS towards the broker: mutual TLS with cert and key, server-authenticated TLS with a CA only."""
-    if tls.cert and tls.key:
-        return tls.channel_credentials()
-    if tls.cert or tls.key:
-        raise ValidationError("broker TLS: certificate and key go together", field="broker_tls_key")
-    root = None
-    if tls.ca:
-        try:
-            root = Path(tls.ca).read_bytes()
-        except OSError as exc:
-            raise ValidationError(f"cannot read broker_tls_ca {tls.ca!r}: {exc.strerror}",
-                                  field="broker_tls_ca") from exc
-    return grpc.ssl_channel_credentials(root_certificates=root)
 
 
 def _gridstat_metadata(exc: grpc.aio.AioRpcError) -> tuple[tuple[str, str], ...]:
@@ -100,8 +83,11 @@ class EdgeProxyServicer(epb_grpc.EdgeProxyServicer):
         if tls is None:
             self._channel = grpc.aio.insecure_channel(broker_address, options=CHANNEL_OPTIONS)
         else:
-            self._channel = grpc.aio.secure_channel(broker_address, channel_credentials(tls),
-                                                    options=CHANNEL_OPTIONS)
+            try:
+                credentials = tls.channel_credentials()
+            except ValidationError as exc:  # name the router's own option: --broker-tls-*
+                raise ValidationError(f"broker {exc.args[0]}", field=f"broker_{exc.field}") from exc
+            self._channel = grpc.aio.secure_channel(broker_address, credentials, options=CHANNEL_OPTIONS)
         self._stub = bpb_grpc.QoSBrokerStub(self._channel)  # type: ignore[no-untyped-call]
 
     async def close(self) -> None:

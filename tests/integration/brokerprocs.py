@@ -16,7 +16,7 @@ import grpc
 from gridstat.v1 import broker_pb2 as bpb
 from gridstat.v1 import broker_pb2_grpc as bpb_grpc
 
-from .routerprocs import RouterProc, start_router
+from .routerprocs import RouterProc, start_router, stop_process
 
 READY = re.compile(r"READY name=(\S+) port=(\d+)")
 
@@ -35,13 +35,7 @@ class BrokerProc:
         return f"127.0.0.1:{self.port}"
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
+        stop_process(self.proc, sig)
         self.channel.close()
 
 

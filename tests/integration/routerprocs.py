@@ -21,6 +21,17 @@ from gridstat.v1 import router_pb2_grpc as pb_grpc
 READY = re.compile(r"READY name=(\S+) port=(\d+) control_port=(\d+)")
 
 
+def stop_process(proc: subprocess.Popen[str], sig: int = signal.SIGTERM) -> None:
+    """Signal a child role and reap it; SIGKILL if it has not exited within 10 s."""
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
 @dataclass
 class RouterProc:
     name: str
@@ -36,13 +47,7 @@ class RouterProc:
         return ("127.0.0.1", self.port)
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
+        stop_process(self.proc, sig)
         self.channel.close()
 
 

@@ -19,8 +19,11 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from gridstat.broker import installer
+from gridstat.broker.condensing import CondensationMixin
+from gridstat.broker.flooding import FloodingMixin
 from gridstat.broker.groupcommit import GroupCommit
 from gridstat.broker.installer import RouterChange, RouterLink
+from gridstat.broker.modes import ModesMixin
 from gridstat.broker.paths import Path
 from gridstat.broker.segments import SegmentsMixin
 from gridstat.broker.state import (
@@ -47,7 +50,7 @@ log = logging.getLogger(__name__)
 
 
 
-class LeafBroker(SegmentsMixin):
+class LeafBroker(SegmentsMixin, ModesMixin, FloodingMixin, CondensationMixin):
     def __init__(self, name: str, store: BrokerStore, *, tls: TlsFiles | None = None,
                  supervise_interval_s: float = 0.5, forwarding_ms: float = 1.0, variable_id_base: int = 1) -> None:
         self.name = name

@@ -12,7 +12,10 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+from gridstat.broker.condensing_service import CondensationServicerMixin
+from gridstat.broker.flooding_service import FloodingServicerMixin
 from gridstat.broker.leaf import LeafBroker
+from gridstat.broker.modes_service import ModesServicerMixin
 from gridstat.broker.rejections import CapacityExceeded, LatencyUnattainable, NoFeasiblePath
 from gridstat.broker.segments import SegmentKind, segment_id
 from gridstat.broker.state import ForeignChannel, ModeQoS, RouterEndpoint, SubscriptionRecord
@@ -69,7 +72,8 @@ def record_to_reply(broker: LeafBroker, r: SubscriptionRecord) -> pb.SubscribeRe
                              pub_interval_ms=r.pub_interval_ms, allocations=allocations)
 
 
-class QoSBrokerServicer(pb_grpc.QoSBrokerServicer):
+class QoSBrokerServicer(ModesServicerMixin, FloodingServicerMixin, CondensationServicerMixin,
+                        pb_grpc.QoSBrokerServicer):
     def __init__(self, broker: LeafBroker) -> None:
         self.broker = broker
 

@@ -6,7 +6,7 @@ Datagram header, 16 bytes::
 
     0  u16 magic        0x4753 ("GS")
     2  u8  version      WIRE_VERSION
-    3  u8  kind         1 events, 2 ping, 3 pong
+    3  u8  kind         1 events, 2 ping, 3 pong, 4 mode notice
     4  u32 sender_id    publisher or router id of the sending end of the event channel
     8  u32 sequence     per sender, per channel; wraps at 2**32
     12 u16 count        events in this datagram (0 for ping/pong)
@@ -25,6 +25,16 @@ event when the value is a scalar and there are no options)::
 
 Ping and pong carry one u64 (the sender's monotonic ns) as their body, so a
 link's round trip can be measured; they have count 0 and no tag (24 bytes exactly).
+
+A mode notice (edge router -> subscriber, dissertation 6.3.2 phases 1 and 5) has
+count 0, no tag and a 16-byte body (32 bytes exactly)::
+
+    0  u8  phase        1 prepare (newModePreparation), 2 commit (newMode), 3 abort
+    1  u8  mode         the new mode (prepare, commit) or the kept one (abort)
+    2  u8  previous     the mode before the change
+    3  u8  reserved     0
+    4  u32 reserved     0
+    8  u64 change_id    the broker's change counter; a receiver ignores one it has seen
 
 The decoder never raises on peer input: every failure maps to a ``DropReason``
 so the receive loop can count it and carry on (issue 2, "Bad input").
@@ -46,6 +56,11 @@ WIRE_VERSION = 1
 KIND_EVENTS = 1
 KIND_PING = 2
 KIND_PONG = 3
+KIND_MODE = 4
+
+MODE_PREPARE = 1
+MODE_COMMIT = 2
+MODE_ABORT = 3
 
 HEADER = struct.Struct(">HBBIIHBB")
 HEADER_SIZE = HEADER.size  # 16
@@ -54,6 +69,7 @@ EVENT_HEAD_SIZE = EVENT_HEAD.size  # 16
 OPTION = struct.Struct(">HHId")
 OPTION_SIZE = OPTION.size  # 16
 PING_BODY = struct.Struct(">Q")
+MODE_BODY = struct.Struct(">BBBxIQ")
 
 SCALAR_SIZE = 8
 FLAG_ALERT = 0x01
@@ -133,6 +149,8 @@ class Datagram:
     events: tuple[Event, ...] = ()
     ping_ns: int = 0
     tag: bytes = b""
+    #: Mode notices only: (phase, mode, previous mode, change id).
+    mode_notice: tuple[int, int, int, int] | None = None
 
 
 class DecodeError(Exception):
@@ -245,6 +263,18 @@ def encode_ping(kind: int, sender_id: int, sequence: int, ping_ns: int) -> bytes
     return encode_header(kind, sender_id, sequence, 0) + PING_BODY.pack(ping_ns & 0xFFFF_FFFF_FFFF_FFFF)
 
 
+def encode_mode_notice(sender_id: int, sequence: int, *, phase: int, mode: int, previous_mode: int,
+                       change_id: int) -> bytes:
+    if phase not in (MODE_PREPARE, MODE_COMMIT, MODE_ABORT):
+        raise ValidationError(f"mode notice phase {phase} is not 1 (prepare), 2 (commit) or 3 (abort)",
+                              field="phase")
+    for name, m in (("mode", mode), ("previous_mode", previous_mode)):
+        if not 0 <= m <= 0xFF:
+            raise ValidationError(f"{name} {m} does not fit one byte", field=name)
+    return encode_header(KIND_MODE, sender_id, sequence, 0) + MODE_BODY.pack(
+        phase, mode, previous_mode, 0, change_id & 0xFFFF_FFFF_FFFF_FFFF)
+
+
 def pack_events(
     encoded_events: Iterable[bytes], *, mtu: int = DEFAULT_MTU, max_events: int = 0xFFFF
 ) -> Iterator[list[bytes]]:
@@ -293,6 +323,14 @@ def check_header(data: bytes | bytearray | memoryview, nbytes: int) -> tuple[int
             raise DecodeError(DropReason.MALFORMED,
                               "ping/pong must carry exactly one u64, no events and no tag")
         body_end = nbytes
+    elif kind == KIND_MODE:
+        if count != 0 or tag_len != 0 or nbytes != HEADER_SIZE + MODE_BODY.size:
+            raise DecodeError(DropReason.MALFORMED,
+                              "mode notice must carry exactly a 16-byte body, no events and no tag")
+        phase = data[HEADER_SIZE]
+        if phase not in (MODE_PREPARE, MODE_COMMIT, MODE_ABORT):
+            raise DecodeError(DropReason.MALFORMED, f"mode notice phase {phase} is unknown")
+        body_end = nbytes
     else:
         raise DecodeError(DropReason.BAD_KIND, f"unknown datagram kind {kind}")
     return kind, sender, seq, count, body_end
@@ -304,6 +342,9 @@ def decode_datagram(data: bytes | bytearray | memoryview, nbytes: int | None = N
         nbytes = len(data)
     kind, sender, seq, count, body_end = check_header(data, nbytes)
     tag = bytes(data[body_end:nbytes])
+    if kind == KIND_MODE:
+        phase, mode, previous, _r, change_id = MODE_BODY.unpack_from(data, HEADER_SIZE)
+        return Datagram(kind, sender, seq, mode_notice=(phase, mode, previous, change_id))
     if kind != KIND_EVENTS:
         return Datagram(kind, sender, seq, ping_ns=PING_BODY.unpack_from(data, HEADER_SIZE)[0], tag=tag)
     events = []

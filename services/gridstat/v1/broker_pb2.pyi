@@ -16,6 +16,7 @@ from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from gridstat.v1 import condensation_pb2 as _condensation_pb2
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -1391,3 +1392,532 @@ class ResolveVariableRequest(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ResolveVariableRequest: _TypeAlias = ResolveVariableRequest  # noqa: Y015
+
+@_typing.final
+class ModeInfo(_message.Message):
+    """---------------------------------------------------------------------------------------------
+    Operating modes
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MODE_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    CURRENT_FIELD_NUMBER: _builtins.int
+    SUBSCRIPTIONS_FIELD_NUMBER: _builtins.int
+    mode: _builtins.int
+    name: _builtins.str
+    current: _builtins.bool
+    subscriptions: _builtins.int
+    """subscriptions with QoS in this mode (leaf brokers)"""
+    def __init__(
+        self,
+        *,
+        mode: _builtins.int = ...,
+        name: _builtins.str = ...,
+        current: _builtins.bool = ...,
+        subscriptions: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["current", b"current", "mode", b"mode", "name", b"name", "subscriptions", b"subscriptions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ModeInfo: _TypeAlias = ModeInfo  # noqa: Y015
+
+@_typing.final
+class DefineModeRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MODE_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    mode: _builtins.int
+    name: _builtins.str
+    def __init__(
+        self,
+        *,
+        mode: _builtins.int = ...,
+        name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["mode", b"mode", "name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DefineModeRequest: _TypeAlias = DefineModeRequest  # noqa: Y015
+
+@_typing.final
+class ListModesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListModesRequest: _TypeAlias = ListModesRequest  # noqa: Y015
+
+@_typing.final
+class ListModesReply(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MODES_FIELD_NUMBER: _builtins.int
+    CURRENT_MODE_FIELD_NUMBER: _builtins.int
+    CHANGING_FIELD_NUMBER: _builtins.int
+    current_mode: _builtins.int
+    changing: _builtins.bool
+    """a change is running now"""
+    @_builtins.property
+    def modes(self) -> _containers.RepeatedCompositeFieldContainer[Global___ModeInfo]: ...
+    def __init__(
+        self,
+        *,
+        modes: _abc.Iterable[Global___ModeInfo] | None = ...,
+        current_mode: _builtins.int = ...,
+        changing: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["changing", b"changing", "current_mode", b"current_mode", "modes", b"modes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListModesReply: _TypeAlias = ListModesReply  # noqa: Y015
+
+@_typing.final
+class ChangeModeRequest(_message.Message):
+    """The target is `name` when set, otherwise `mode`."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MODE_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    mode: _builtins.int
+    name: _builtins.str
+    def __init__(
+        self,
+        *,
+        mode: _builtins.int = ...,
+        name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["mode", b"mode", "name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ChangeModeRequest: _TypeAlias = ChangeModeRequest  # noqa: Y015
+
+@_typing.final
+class PhaseTiming(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CLOUD_FIELD_NUMBER: _builtins.int
+    PHASE_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    ROUTERS_FIELD_NUMBER: _builtins.int
+    DURATION_MS_FIELD_NUMBER: _builtins.int
+    cloud: _builtins.str
+    phase: _builtins.int
+    """1..5 (dissertation 6.3.2)"""
+    name: _builtins.str
+    """warn, prepare, switch-internal, switch-edge, commit"""
+    routers: _builtins.int
+    duration_ms: _builtins.float
+    def __init__(
+        self,
+        *,
+        cloud: _builtins.str = ...,
+        phase: _builtins.int = ...,
+        name: _builtins.str = ...,
+        routers: _builtins.int = ...,
+        duration_ms: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cloud", b"cloud", "duration_ms", b"duration_ms", "name", b"name", "phase", b"phase", "routers", b"routers"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PhaseTiming: _TypeAlias = PhaseTiming  # noqa: Y015
+
+@_typing.final
+class ChangeModeReply(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PREVIOUS_MODE_FIELD_NUMBER: _builtins.int
+    CURRENT_MODE_FIELD_NUMBER: _builtins.int
+    CHANGED_FIELD_NUMBER: _builtins.int
+    DURATION_MS_FIELD_NUMBER: _builtins.int
+    PHASES_FIELD_NUMBER: _builtins.int
+    CLOUDS_FIELD_NUMBER: _builtins.int
+    previous_mode: _builtins.int
+    current_mode: _builtins.int
+    changed: _builtins.bool
+    """false: the target was already current (no-op)"""
+    duration_ms: _builtins.float
+    @_builtins.property
+    def phases(self) -> _containers.RepeatedCompositeFieldContainer[Global___PhaseTiming]: ...
+    @_builtins.property
+    def clouds(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """clouds switched, in order"""
+
+    def __init__(
+        self,
+        *,
+        previous_mode: _builtins.int = ...,
+        current_mode: _builtins.int = ...,
+        changed: _builtins.bool = ...,
+        duration_ms: _builtins.float = ...,
+        phases: _abc.Iterable[Global___PhaseTiming] | None = ...,
+        clouds: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["changed", b"changed", "clouds", b"clouds", "current_mode", b"current_mode", "duration_ms", b"duration_ms", "phases", b"phases", "previous_mode", b"previous_mode"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ChangeModeReply: _TypeAlias = ChangeModeReply  # noqa: Y015
+
+@_typing.final
+class FloodingEntry(_message.Message):
+    """---------------------------------------------------------------------------------------------
+    Limited flooding
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VARIABLE_FIELD_NUMBER: _builtins.int
+    VARIABLE_ID_FIELD_NUMBER: _builtins.int
+    MODE_FIELD_NUMBER: _builtins.int
+    LEVEL_FIELD_NUMBER: _builtins.int
+    FROM_PARENT_FIELD_NUMBER: _builtins.int
+    PUBLICATION_FIELD_NUMBER: _builtins.int
+    variable: _builtins.str
+    """"publisher/variable" """
+    variable_id: _builtins.int
+    mode: _builtins.int
+    level: _builtins.int
+    from_parent: _builtins.bool
+    """set by an ancestor; overrides a local setting"""
+    @_builtins.property
+    def publication(self) -> Global___Publication: ...
+    def __init__(
+        self,
+        *,
+        variable: _builtins.str = ...,
+        variable_id: _builtins.int = ...,
+        mode: _builtins.int = ...,
+        level: _builtins.int = ...,
+        from_parent: _builtins.bool = ...,
+        publication: Global___Publication | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["publication", b"publication"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["from_parent", b"from_parent", "level", b"level", "mode", b"mode", "publication", b"publication", "variable", b"variable", "variable_id", b"variable_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FloodingEntry: _TypeAlias = FloodingEntry  # noqa: Y015
+
+@_typing.final
+class BrokerFloodingRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VARIABLE_FIELD_NUMBER: _builtins.int
+    LEVEL_FIELD_NUMBER: _builtins.int
+    MODES_FIELD_NUMBER: _builtins.int
+    FROM_PARENT_FIELD_NUMBER: _builtins.int
+    PUBLICATION_FIELD_NUMBER: _builtins.int
+    variable: _builtins.str
+    level: _builtins.int
+    """0 = the broker's own height (1 at a leaf)"""
+    from_parent: _builtins.bool
+    """set by a parent broker calling its children"""
+    @_builtins.property
+    def modes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """empty = the current mode"""
+
+    @_builtins.property
+    def publication(self) -> Global___Publication:
+        """from a parent: the resolved publication"""
+
+    def __init__(
+        self,
+        *,
+        variable: _builtins.str = ...,
+        level: _builtins.int = ...,
+        modes: _abc.Iterable[_builtins.int] | None = ...,
+        from_parent: _builtins.bool = ...,
+        publication: Global___Publication | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["publication", b"publication"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["from_parent", b"from_parent", "level", b"level", "modes", b"modes", "publication", b"publication", "variable", b"variable"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BrokerFloodingRequest: _TypeAlias = BrokerFloodingRequest  # noqa: Y015
+
+@_typing.final
+class BrokerFloodingReply(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FLOODING_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def flooding(self) -> _containers.RepeatedCompositeFieldContainer[Global___FloodingEntry]: ...
+    def __init__(
+        self,
+        *,
+        flooding: _abc.Iterable[Global___FloodingEntry] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["flooding", b"flooding"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BrokerFloodingReply: _TypeAlias = BrokerFloodingReply  # noqa: Y015
+
+@_typing.final
+class ListFloodingRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListFloodingRequest: _TypeAlias = ListFloodingRequest  # noqa: Y015
+
+@_typing.final
+class SetFloodAllRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SUBSCRIBER_FIELD_NUMBER: _builtins.int
+    ENABLED_FIELD_NUMBER: _builtins.int
+    subscriber: _builtins.str
+    enabled: _builtins.bool
+    def __init__(
+        self,
+        *,
+        subscriber: _builtins.str = ...,
+        enabled: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["enabled", b"enabled", "subscriber", b"subscriber"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SetFloodAllRequest: _TypeAlias = SetFloodAllRequest  # noqa: Y015
+
+@_typing.final
+class CondensationInputRequest(_message.Message):
+    """---------------------------------------------------------------------------------------------
+    Condensation functions
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VARIABLE_FIELD_NUMBER: _builtins.int
+    INTERVAL_MS_FIELD_NUMBER: _builtins.int
+    LATENCY_MS_FIELD_NUMBER: _builtins.int
+    variable: _builtins.str
+    """"publisher/variable" in this cloud"""
+    interval_ms: _builtins.int
+    """subscription interval of the input (0 = its publication interval)"""
+    latency_ms: _builtins.int
+    """bound from the publisher to the function"""
+    def __init__(
+        self,
+        *,
+        variable: _builtins.str = ...,
+        interval_ms: _builtins.int = ...,
+        latency_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["interval_ms", b"interval_ms", "latency_ms", b"latency_ms", "variable", b"variable"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CondensationInputRequest: _TypeAlias = CondensationInputRequest  # noqa: Y015
+
+@_typing.final
+class CreateCondensationRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CREATOR_FIELD_NUMBER: _builtins.int
+    FUNCTION_ID_FIELD_NUMBER: _builtins.int
+    OUTPUT_FIELD_NUMBER: _builtins.int
+    INPUTS_FIELD_NUMBER: _builtins.int
+    SPEC_FIELD_NUMBER: _builtins.int
+    PLACEMENT_ROUTER_FIELD_NUMBER: _builtins.int
+    MODE_FIELD_NUMBER: _builtins.int
+    creator: _builtins.str
+    function_id: _builtins.str
+    """empty = assigned by the broker"""
+    placement_router: _builtins.str
+    """optional placementEdge"""
+    mode: _builtins.int
+    """the mode the input paths are allocated in"""
+    @_builtins.property
+    def output(self) -> Global___Publication:
+        """publisher/variable name, type, interval, priority, alert"""
+
+    @_builtins.property
+    def inputs(self) -> _containers.RepeatedCompositeFieldContainer[Global___CondensationInputRequest]: ...
+    @_builtins.property
+    def spec(self) -> _condensation_pb2.CondensationSpec: ...
+    def __init__(
+        self,
+        *,
+        creator: _builtins.str = ...,
+        function_id: _builtins.str = ...,
+        output: Global___Publication | None = ...,
+        inputs: _abc.Iterable[Global___CondensationInputRequest] | None = ...,
+        spec: _condensation_pb2.CondensationSpec | None = ...,
+        placement_router: _builtins.str = ...,
+        mode: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["output", b"output", "spec", b"spec"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["creator", b"creator", "function_id", b"function_id", "inputs", b"inputs", "mode", b"mode", "output", b"output", "placement_router", b"placement_router", "spec", b"spec"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateCondensationRequest: _TypeAlias = CreateCondensationRequest  # noqa: Y015
+
+@_typing.final
+class CondensationInfo(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FUNCTION_ID_FIELD_NUMBER: _builtins.int
+    CREATOR_FIELD_NUMBER: _builtins.int
+    ROUTER_FIELD_NUMBER: _builtins.int
+    OUTPUT_FIELD_NUMBER: _builtins.int
+    INPUT_SUBSCRIPTIONS_FIELD_NUMBER: _builtins.int
+    SPEC_FIELD_NUMBER: _builtins.int
+    PLACEMENT_FIELD_NUMBER: _builtins.int
+    STATUS_FIELD_NUMBER: _builtins.int
+    function_id: _builtins.str
+    creator: _builtins.str
+    router: _builtins.str
+    """where it runs"""
+    placement: _builtins.str
+    """"shared-edge", "search" or "requested" """
+    @_builtins.property
+    def output(self) -> Global___Publication: ...
+    @_builtins.property
+    def input_subscriptions(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def spec(self) -> _condensation_pb2.CondensationSpec: ...
+    @_builtins.property
+    def status(self) -> _condensation_pb2.CondensationStatus: ...
+    def __init__(
+        self,
+        *,
+        function_id: _builtins.str = ...,
+        creator: _builtins.str = ...,
+        router: _builtins.str = ...,
+        output: Global___Publication | None = ...,
+        input_subscriptions: _abc.Iterable[_builtins.str] | None = ...,
+        spec: _condensation_pb2.CondensationSpec | None = ...,
+        placement: _builtins.str = ...,
+        status: _condensation_pb2.CondensationStatus | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["output", b"output", "spec", b"spec", "status", b"status"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["creator", b"creator", "function_id", b"function_id", "input_subscriptions", b"input_subscriptions", "output", b"output", "placement", b"placement", "router", b"router", "spec", b"spec", "status", b"status"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CondensationInfo: _TypeAlias = CondensationInfo  # noqa: Y015
+
+@_typing.final
+class RemoveCondensationRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FUNCTION_ID_FIELD_NUMBER: _builtins.int
+    CREATOR_FIELD_NUMBER: _builtins.int
+    function_id: _builtins.str
+    creator: _builtins.str
+    def __init__(
+        self,
+        *,
+        function_id: _builtins.str = ...,
+        creator: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["creator", b"creator", "function_id", b"function_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RemoveCondensationRequest: _TypeAlias = RemoveCondensationRequest  # noqa: Y015
+
+@_typing.final
+class RemoveCondensationReply(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SUBSCRIPTIONS_REMOVED_FIELD_NUMBER: _builtins.int
+    subscriptions_removed: _builtins.int
+    def __init__(
+        self,
+        *,
+        subscriptions_removed: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["subscriptions_removed", b"subscriptions_removed"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RemoveCondensationReply: _TypeAlias = RemoveCondensationReply  # noqa: Y015
+
+@_typing.final
+class ListCondensationsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListCondensationsRequest: _TypeAlias = ListCondensationsRequest  # noqa: Y015
+
+@_typing.final
+class ListCondensationsReply(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FUNCTIONS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def functions(self) -> _containers.RepeatedCompositeFieldContainer[Global___CondensationInfo]: ...
+    def __init__(
+        self,
+        *,
+        functions: _abc.Iterable[Global___CondensationInfo] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["functions", b"functions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListCondensationsReply: _TypeAlias = ListCondensationsReply  # noqa: Y015

@@ -132,6 +132,56 @@ class QoSBrokerStub:
                 request_serializer=gridstat_dot_v1_dot_broker__pb2.BrokerHealthRequest.SerializeToString,
                 response_deserializer=gridstat_dot_v1_dot_broker__pb2.BrokerHealthReply.FromString,
                 _registered_method=True)
+        self.DefineMode = channel.unary_unary(
+                '/gridstat.v1.QoSBroker/DefineMode',
+                request_serializer=gridstat_dot_v1_dot_broker__pb2.DefineModeRequest.SerializeToString,
+                response_deserializer=gridstat_dot_v1_dot_broker__pb2.ModeInfo.FromString,
+                _registered_method=True)
+        self.ListModes = channel.unary_unary(
+                '/gridstat.v1.QoSBroker/ListModes',
+                request_serializer=gridstat_dot_v1_dot_broker__pb2.ListModesRequest.SerializeToString,
+                response_deserializer=gridstat_dot_v1_dot_broker__pb2.ListModesReply.FromString,
+                _registered_method=True)
+        self.ChangeMode = channel.unary_unary(
+                '/gridstat.v1.QoSBroker/ChangeMode',
+                request_serializer=gridstat_dot_v1_dot_broker__pb2.ChangeModeRequest.SerializeToString,
+                response_deserializer=gridstat_dot_v1_dot_broker__pb2.ChangeModeReply.FromString,
+                _registered_method=True)
+        self.SetFlooding = channel.unary_unary(
+                '/gridstat.v1.QoSBroker/SetFlooding',
+                request_serializer=gridstat_dot_v1_dot_broker__pb2.BrokerFloodingRequest.SerializeToString,
+                response_deserializer=gridstat_dot_v1_dot_broker__pb2.BrokerFloodingReply.FromString,
+                _registered_method=True)
+        self.RemoveFlooding = channel.unary_unary(
+                '/gridstat.v1.QoSBroker/RemoveFlooding',
+                request_serializer=gridstat_dot_v1_dot_broker__pb2.BrokerFloodingRequest.SerializeToString,
+                response_deserializer=gridstat_dot_v1_dot_broker__pb2.BrokerFloodingReply.FromString,
+                _registered_method=True)
+        self.ListFlooding = channel.unary_unary(
+                '/gridstat.v1.QoSBroker/ListFlooding',
+                request_serializer=gridstat_dot_v1_dot_broker__pb2.ListFloodingRequest.SerializeToString,
+                response_deserializer=gridstat_dot_v1_dot_broker__pb2.BrokerFloodingReply.FromString,
+                _registered_method=True)
+        self.SetFloodAll = channel.unary_unary(
+                '/gridstat.v1.QoSBroker/SetFloodAll',
+                request_serializer=gridstat_dot_v1_dot_broker__pb2.SetFloodAllRequest.SerializeToString,
+                response_deserializer=gridstat_dot_v1_dot_broker__pb2.BrokerFloodingReply.FromString,
+                _registered_method=True)
+        self.CreateCondensation = channel.unary_unary(
+                '/gridstat.v1.QoSBroker/CreateCondensation',
+                request_serializer=gridstat_dot_v1_dot_broker__pb2.CreateCondensationRequest.SerializeToString,
+                response_deserializer=gridstat_dot_v1_dot_broker__pb2.CondensationInfo.FromString,
+                _registered_method=True)
+        self.RemoveCondensation = channel.unary_unary(
+                '/gridstat.v1.QoSBroker/RemoveCondensation',
+                request_serializer=gridstat_dot_v1_dot_broker__pb2.RemoveCondensationRequest.SerializeToString,
+                response_deserializer=gridstat_dot_v1_dot_broker__pb2.RemoveCondensationReply.FromString,
+                _registered_method=True)
+        self.ListCondensations = channel.unary_unary(
+                '/gridstat.v1.QoSBroker/ListCondensations',
+                request_serializer=gridstat_dot_v1_dot_broker__pb2.ListCondensationsRequest.SerializeToString,
+                response_deserializer=gridstat_dot_v1_dot_broker__pb2.ListCondensationsReply.FromString,
+                _registered_method=True)
 
 
 class QoSBrokerServicer:
@@ -260,6 +310,72 @@ class QoSBrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DefineMode(self, request, context):
+        """Operating modes (dissertation 6). Mode ids are 0..15 and global to the hierarchy; a name is
+        a label. Mode 0 ("normal") always exists; others must be defined before use. ChangeMode to
+        the current mode is a no-op; a parent changes its children one at a time, depth first.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListModes(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ChangeMode(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetFlooding(self, request, context):
+        """Limited flooding (dissertation 5.2). A parent's setting overrides its children's own.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RemoveFlooding(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListFlooding(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetFloodAll(self, request, context):
+        """A flood-all subscription: the subscriber's edge router delivers every flooded variable.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreateCondensation(self, request, context):
+        """Condensation functions (dissertation 7.3). Only the creator may remove one.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RemoveCondensation(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListCondensations(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_QoSBrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -357,6 +473,56 @@ def add_QoSBrokerServicer_to_server(servicer, server):
                     servicer.Health,
                     request_deserializer=gridstat_dot_v1_dot_broker__pb2.BrokerHealthRequest.FromString,
                     response_serializer=gridstat_dot_v1_dot_broker__pb2.BrokerHealthReply.SerializeToString,
+            ),
+            'DefineMode': grpc.unary_unary_rpc_method_handler(
+                    servicer.DefineMode,
+                    request_deserializer=gridstat_dot_v1_dot_broker__pb2.DefineModeRequest.FromString,
+                    response_serializer=gridstat_dot_v1_dot_broker__pb2.ModeInfo.SerializeToString,
+            ),
+            'ListModes': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListModes,
+                    request_deserializer=gridstat_dot_v1_dot_broker__pb2.ListModesRequest.FromString,
+                    response_serializer=gridstat_dot_v1_dot_broker__pb2.ListModesReply.SerializeToString,
+            ),
+            'ChangeMode': grpc.unary_unary_rpc_method_handler(
+                    servicer.ChangeMode,
+                    request_deserializer=gridstat_dot_v1_dot_broker__pb2.ChangeModeRequest.FromString,
+                    response_serializer=gridstat_dot_v1_dot_broker__pb2.ChangeModeReply.SerializeToString,
+            ),
+            'SetFlooding': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetFlooding,
+                    request_deserializer=gridstat_dot_v1_dot_broker__pb2.BrokerFloodingRequest.FromString,
+                    response_serializer=gridstat_dot_v1_dot_broker__pb2.BrokerFloodingReply.SerializeToString,
+            ),
+            'RemoveFlooding': grpc.unary_unary_rpc_method_handler(
+                    servicer.RemoveFlooding,
+                    request_deserializer=gridstat_dot_v1_dot_broker__pb2.BrokerFloodingRequest.FromString,
+                    response_serializer=gridstat_dot_v1_dot_broker__pb2.BrokerFloodingReply.SerializeToString,
+            ),
+            'ListFlooding': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListFlooding,
+                    request_deserializer=gridstat_dot_v1_dot_broker__pb2.ListFloodingRequest.FromString,
+                    response_serializer=gridstat_dot_v1_dot_broker__pb2.BrokerFloodingReply.SerializeToString,
+            ),
+            'SetFloodAll': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetFloodAll,
+                    request_deserializer=gridstat_dot_v1_dot_broker__pb2.SetFloodAllRequest.FromString,
+                    response_serializer=gridstat_dot_v1_dot_broker__pb2.BrokerFloodingReply.SerializeToString,
+            ),
+            'CreateCondensation': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateCondensation,
+                    request_deserializer=gridstat_dot_v1_dot_broker__pb2.CreateCondensationRequest.FromString,
+                    response_serializer=gridstat_dot_v1_dot_broker__pb2.CondensationInfo.SerializeToString,
+            ),
+            'RemoveCondensation': grpc.unary_unary_rpc_method_handler(
+                    servicer.RemoveCondensation,
+                    request_deserializer=gridstat_dot_v1_dot_broker__pb2.RemoveCondensationRequest.FromString,
+                    response_serializer=gridstat_dot_v1_dot_broker__pb2.RemoveCondensationReply.SerializeToString,
+            ),
+            'ListCondensations': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListCondensations,
+                    request_deserializer=gridstat_dot_v1_dot_broker__pb2.ListCondensationsRequest.FromString,
+                    response_serializer=gridstat_dot_v1_dot_broker__pb2.ListCondensationsReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -875,6 +1041,276 @@ class QoSBroker:
             '/gridstat.v1.QoSBroker/Health',
             gridstat_dot_v1_dot_broker__pb2.BrokerHealthRequest.SerializeToString,
             gridstat_dot_v1_dot_broker__pb2.BrokerHealthReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DefineMode(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gridstat.v1.QoSBroker/DefineMode',
+            gridstat_dot_v1_dot_broker__pb2.DefineModeRequest.SerializeToString,
+            gridstat_dot_v1_dot_broker__pb2.ModeInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListModes(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gridstat.v1.QoSBroker/ListModes',
+            gridstat_dot_v1_dot_broker__pb2.ListModesRequest.SerializeToString,
+            gridstat_dot_v1_dot_broker__pb2.ListModesReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ChangeMode(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gridstat.v1.QoSBroker/ChangeMode',
+            gridstat_dot_v1_dot_broker__pb2.ChangeModeRequest.SerializeToString,
+            gridstat_dot_v1_dot_broker__pb2.ChangeModeReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetFlooding(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gridstat.v1.QoSBroker/SetFlooding',
+            gridstat_dot_v1_dot_broker__pb2.BrokerFloodingRequest.SerializeToString,
+            gridstat_dot_v1_dot_broker__pb2.BrokerFloodingReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RemoveFlooding(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gridstat.v1.QoSBroker/RemoveFlooding',
+            gridstat_dot_v1_dot_broker__pb2.BrokerFloodingRequest.SerializeToString,
+            gridstat_dot_v1_dot_broker__pb2.BrokerFloodingReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListFlooding(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gridstat.v1.QoSBroker/ListFlooding',
+            gridstat_dot_v1_dot_broker__pb2.ListFloodingRequest.SerializeToString,
+            gridstat_dot_v1_dot_broker__pb2.BrokerFloodingReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetFloodAll(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gridstat.v1.QoSBroker/SetFloodAll',
+            gridstat_dot_v1_dot_broker__pb2.SetFloodAllRequest.SerializeToString,
+            gridstat_dot_v1_dot_broker__pb2.BrokerFloodingReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateCondensation(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gridstat.v1.QoSBroker/CreateCondensation',
+            gridstat_dot_v1_dot_broker__pb2.CreateCondensationRequest.SerializeToString,
+            gridstat_dot_v1_dot_broker__pb2.CondensationInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RemoveCondensation(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gridstat.v1.QoSBroker/RemoveCondensation',
+            gridstat_dot_v1_dot_broker__pb2.RemoveCondensationRequest.SerializeToString,
+            gridstat_dot_v1_dot_broker__pb2.RemoveCondensationReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListCondensations(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gridstat.v1.QoSBroker/ListCondensations',
+            gridstat_dot_v1_dot_broker__pb2.ListCondensationsRequest.SerializeToString,
+            gridstat_dot_v1_dot_broker__pb2.ListCondensationsReply.FromString,
             options,
             channel_credentials,
             insecure,

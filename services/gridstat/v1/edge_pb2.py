@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from gridstat.v1 import broker_pb2 as gridstat_dot_v1_dot_broker__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16gridstat/v1/edge.proto\x12\x0bgridstat.v1\x1a\x18gridstat/v1/broker.proto2\xe9\x05\n\tEdgeProxy\x12V\n\x0eRegisterClient\x12\".gridstat.v1.RegisterClientRequest\x1a .gridstat.v1.RegisterClientReply\x12\\\n\x10UnregisterClient\x12$.gridstat.v1.UnregisterClientRequest\x1a\".gridstat.v1.UnregisterClientReply\x12\x65\n\x13RegisterPublication\x12\'.gridstat.v1.RegisterPublicationRequest\x1a%.gridstat.v1.RegisterPublicationReply\x12k\n\x15UnregisterPublication\x12).gridstat.v1.UnregisterPublicationRequest\x1a\'.gridstat.v1.UnregisterPublicationReply\x12G\n\tSubscribe\x12\x1d.gridstat.v1.SubscribeRequest\x1a\x1b.gridstat.v1.SubscribeReply\x12M\n\x0bUnsubscribe\x12\x1f.gridstat.v1.UnsubscribeRequest\x1a\x1d.gridstat.v1.UnsubscribeReply\x12Y\n\x12\x43hangeSubscription\x12&.gridstat.v1.ChangeSubscriptionRequest\x1a\x1b.gridstat.v1.SubscribeReply\x12_\n\x11ListSubscriptions\x12%.gridstat.v1.ListSubscriptionsRequest\x1a#.gridstat.v1.ListSubscriptionsReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16gridstat/v1/edge.proto\x12\x0bgridstat.v1\x1a\x18gridstat/v1/broker.proto2\x84\x07\n\tEdgeProxy\x12V\n\x0eRegisterClient\x12\".gridstat.v1.RegisterClientRequest\x1a .gridstat.v1.RegisterClientReply\x12\\\n\x10UnregisterClient\x12$.gridstat.v1.UnregisterClientRequest\x1a\".gridstat.v1.UnregisterClientReply\x12\x65\n\x13RegisterPublication\x12\'.gridstat.v1.RegisterPublicationRequest\x1a%.gridstat.v1.RegisterPublicationReply\x12k\n\x15UnregisterPublication\x12).gridstat.v1.UnregisterPublicationRequest\x1a\'.gridstat.v1.UnregisterPublicationReply\x12G\n\tSubscribe\x12\x1d.gridstat.v1.SubscribeRequest\x1a\x1b.gridstat.v1.SubscribeReply\x12M\n\x0bUnsubscribe\x12\x1f.gridstat.v1.UnsubscribeRequest\x1a\x1d.gridstat.v1.UnsubscribeReply\x12Y\n\x12\x43hangeSubscription\x12&.gridstat.v1.ChangeSubscriptionRequest\x1a\x1b.gridstat.v1.SubscribeReply\x12_\n\x11ListSubscriptions\x12%.gridstat.v1.ListSubscriptionsRequest\x1a#.gridstat.v1.ListSubscriptionsReply\x12P\n\x0bSetFloodAll\x12\x1f.gridstat.v1.SetFloodAllRequest\x1a .gridstat.v1.BrokerFloodingReply\x12G\n\tListModes\x12\x1d.gridstat.v1.ListModesRequest\x1a\x1b.gridstat.v1.ListModesReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,5 +33,5 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'gridstat.v1.edge_pb2', _glo
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_EDGEPROXY']._serialized_start=66
-  _globals['_EDGEPROXY']._serialized_end=811
+  _globals['_EDGEPROXY']._serialized_end=966
 # @@protoc_insertion_point(module_scope)

@@ -74,6 +74,16 @@ class EdgeProxyStub:
                 request_serializer=gridstat_dot_v1_dot_broker__pb2.ListSubscriptionsRequest.SerializeToString,
                 response_deserializer=gridstat_dot_v1_dot_broker__pb2.ListSubscriptionsReply.FromString,
                 _registered_method=True)
+        self.SetFloodAll = channel.unary_unary(
+                '/gridstat.v1.EdgeProxy/SetFloodAll',
+                request_serializer=gridstat_dot_v1_dot_broker__pb2.SetFloodAllRequest.SerializeToString,
+                response_deserializer=gridstat_dot_v1_dot_broker__pb2.BrokerFloodingReply.FromString,
+                _registered_method=True)
+        self.ListModes = channel.unary_unary(
+                '/gridstat.v1.EdgeProxy/ListModes',
+                request_serializer=gridstat_dot_v1_dot_broker__pb2.ListModesRequest.SerializeToString,
+                response_deserializer=gridstat_dot_v1_dot_broker__pb2.ListModesReply.FromString,
+                _registered_method=True)
 
 
 class EdgeProxyServicer:
@@ -127,6 +137,18 @@ class EdgeProxyServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetFloodAll(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListModes(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_EdgeProxyServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -169,6 +191,16 @@ def add_EdgeProxyServicer_to_server(servicer, server):
                     servicer.ListSubscriptions,
                     request_deserializer=gridstat_dot_v1_dot_broker__pb2.ListSubscriptionsRequest.FromString,
                     response_serializer=gridstat_dot_v1_dot_broker__pb2.ListSubscriptionsReply.SerializeToString,
+            ),
+            'SetFloodAll': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetFloodAll,
+                    request_deserializer=gridstat_dot_v1_dot_broker__pb2.SetFloodAllRequest.FromString,
+                    response_serializer=gridstat_dot_v1_dot_broker__pb2.BrokerFloodingReply.SerializeToString,
+            ),
+            'ListModes': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListModes,
+                    request_deserializer=gridstat_dot_v1_dot_broker__pb2.ListModesRequest.FromString,
+                    response_serializer=gridstat_dot_v1_dot_broker__pb2.ListModesReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -387,6 +419,60 @@ class EdgeProxy:
             '/gridstat.v1.EdgeProxy/ListSubscriptions',
             gridstat_dot_v1_dot_broker__pb2.ListSubscriptionsRequest.SerializeToString,
             gridstat_dot_v1_dot_broker__pb2.ListSubscriptionsReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetFloodAll(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gridstat.v1.EdgeProxy/SetFloodAll',
+            gridstat_dot_v1_dot_broker__pb2.SetFloodAllRequest.SerializeToString,
+            gridstat_dot_v1_dot_broker__pb2.BrokerFloodingReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListModes(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gridstat.v1.EdgeProxy/ListModes',
+            gridstat_dot_v1_dot_broker__pb2.ListModesRequest.SerializeToString,
+            gridstat_dot_v1_dot_broker__pb2.ListModesReply.FromString,
             options,
             channel_credentials,
             insecure,

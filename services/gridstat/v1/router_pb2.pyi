@@ -15,6 +15,7 @@ from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from gridstat.v1 import condensation_pb2 as _condensation_pb2
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -45,6 +46,31 @@ CHANNEL_KIND_SUBSCRIBER: ChannelKind.ValueType  # 2
 CHANNEL_KIND_PUBLISHER: ChannelKind.ValueType  # 3
 Global___ChannelKind: _TypeAlias = ChannelKind  # noqa: Y015
 
+class _ModePhase:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ModePhaseEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ModePhase.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    MODE_PHASE_UNSPECIFIED: _ModePhase.ValueType  # 0
+    MODE_PHASE_PREPARE: _ModePhase.ValueType  # 1
+    """newModePreparation(m): a change to `mode` is coming"""
+    MODE_PHASE_COMMIT: _ModePhase.ValueType  # 2
+    """newMode(m): the change is done"""
+    MODE_PHASE_ABORT: _ModePhase.ValueType  # 3
+    """the change was abandoned; `mode` is still current"""
+
+class ModePhase(_ModePhase, metaclass=_ModePhaseEnumTypeWrapper): ...
+
+MODE_PHASE_UNSPECIFIED: ModePhase.ValueType  # 0
+MODE_PHASE_PREPARE: ModePhase.ValueType  # 1
+"""newModePreparation(m): a change to `mode` is coming"""
+MODE_PHASE_COMMIT: ModePhase.ValueType  # 2
+"""newMode(m): the change is done"""
+MODE_PHASE_ABORT: ModePhase.ValueType  # 3
+"""the change was abandoned; `mode` is still current"""
+Global___ModePhase: _TypeAlias = ModePhase  # noqa: Y015
+
 @_typing.final
 class Channel(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
@@ -59,6 +85,7 @@ class Channel(_message.Message):
     LEVEL_FIELD_NUMBER: _builtins.int
     UP_FIELD_NUMBER: _builtins.int
     RTT_MS_FIELD_NUMBER: _builtins.int
+    FLOOD_ALL_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """unique on this router, e.g. the neighbour's name"""
     peer_id: _builtins.int
@@ -77,6 +104,8 @@ class Channel(_message.Message):
     """read only"""
     rtt_ms: _builtins.float
     """read only"""
+    flood_all: _builtins.bool
+    """subscriber channels: deliver every flooded variable (flood-all subscription)"""
     def __init__(
         self,
         *,
@@ -90,10 +119,11 @@ class Channel(_message.Message):
         level: _builtins.int = ...,
         up: _builtins.bool = ...,
         rtt_ms: _builtins.float = ...,
+        flood_all: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["capacity", b"capacity", "host", b"host", "kind", b"kind", "level", b"level", "mtu", b"mtu", "name", b"name", "peer_id", b"peer_id", "port", b"port", "rtt_ms", b"rtt_ms", "up", b"up"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["capacity", b"capacity", "flood_all", b"flood_all", "host", b"host", "kind", b"kind", "level", b"level", "mtu", b"mtu", "name", b"name", "peer_id", b"peer_id", "port", b"port", "rtt_ms", b"rtt_ms", "up", b"up"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -731,6 +761,8 @@ class RouterStats(_message.Message):
     CPU_SECONDS_FIELD_NUMBER: _builtins.int
     UPTIME_S_FIELD_NUMBER: _builtins.int
     BOOT_ID_FIELD_NUMBER: _builtins.int
+    CONDENSATIONS_FIELD_NUMBER: _builtins.int
+    FLOODED_VARIABLES_FIELD_NUMBER: _builtins.int
     router: _builtins.str
     router_id: _builtins.int
     role: _builtins.str
@@ -746,12 +778,15 @@ class RouterStats(_message.Message):
     cpu_seconds: _builtins.float
     uptime_s: _builtins.float
     boot_id: _builtins.str
+    flooded_variables: _builtins.int
     @_builtins.property
     def drops(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
         """router-level drops by reason (malformed, unknown_variable, ...)"""
 
     @_builtins.property
     def channels(self) -> _containers.RepeatedCompositeFieldContainer[Global___ChannelStats]: ...
+    @_builtins.property
+    def condensations(self) -> _containers.RepeatedCompositeFieldContainer[_condensation_pb2.CondensationStatus]: ...
     def __init__(
         self,
         *,
@@ -770,10 +805,12 @@ class RouterStats(_message.Message):
         cpu_seconds: _builtins.float = ...,
         uptime_s: _builtins.float = ...,
         boot_id: _builtins.str = ...,
+        condensations: _abc.Iterable[_condensation_pb2.CondensationStatus] | None = ...,
+        flooded_variables: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["boot_id", b"boot_id", "channels", b"channels", "cpu_seconds", b"cpu_seconds", "current_mode", b"current_mode", "datagrams_in", b"datagrams_in", "drops", b"drops", "events_filtered", b"events_filtered", "events_forwarded", b"events_forwarded", "events_in", b"events_in", "role", b"role", "router", b"router", "router_id", b"router_id", "table_version", b"table_version", "uptime_s", b"uptime_s", "variant", b"variant"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["boot_id", b"boot_id", "channels", b"channels", "condensations", b"condensations", "cpu_seconds", b"cpu_seconds", "current_mode", b"current_mode", "datagrams_in", b"datagrams_in", "drops", b"drops", "events_filtered", b"events_filtered", "events_forwarded", b"events_forwarded", "events_in", b"events_in", "flooded_variables", b"flooded_variables", "role", b"role", "router", b"router", "router_id", b"router_id", "table_version", b"table_version", "uptime_s", b"uptime_s", "variant", b"variant"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -879,3 +916,186 @@ class LinkEvent(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___LinkEvent: _TypeAlias = LinkEvent  # noqa: Y015
+
+@_typing.final
+class NotifyModeRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MODE_FIELD_NUMBER: _builtins.int
+    PHASE_FIELD_NUMBER: _builtins.int
+    PREVIOUS_MODE_FIELD_NUMBER: _builtins.int
+    CHANGE_ID_FIELD_NUMBER: _builtins.int
+    mode: _builtins.int
+    phase: Global___ModePhase.ValueType
+    previous_mode: _builtins.int
+    change_id: _builtins.int
+    """the broker's change counter; subscribers ignore repeats"""
+    def __init__(
+        self,
+        *,
+        mode: _builtins.int = ...,
+        phase: Global___ModePhase.ValueType = ...,
+        previous_mode: _builtins.int = ...,
+        change_id: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["change_id", b"change_id", "mode", b"mode", "phase", b"phase", "previous_mode", b"previous_mode"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NotifyModeRequest: _TypeAlias = NotifyModeRequest  # noqa: Y015
+
+@_typing.final
+class NotifyModeReply(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SUBSCRIBERS_FIELD_NUMBER: _builtins.int
+    subscribers: _builtins.int
+    def __init__(
+        self,
+        *,
+        subscribers: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["subscribers", b"subscribers"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NotifyModeReply: _TypeAlias = NotifyModeReply  # noqa: Y015
+
+@_typing.final
+class SetFloodingRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VARIABLE_ID_FIELD_NUMBER: _builtins.int
+    PUB_INTERVAL_MS_FIELD_NUMBER: _builtins.int
+    LEVEL_FIELD_NUMBER: _builtins.int
+    MODES_FIELD_NUMBER: _builtins.int
+    ALERT_FIELD_NUMBER: _builtins.int
+    variable_id: _builtins.int
+    pub_interval_ms: _builtins.int
+    level: _builtins.int
+    """1 = this cloud, 2 = the clouds under the parent, ..."""
+    alert: _builtins.bool
+    @_builtins.property
+    def modes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    def __init__(
+        self,
+        *,
+        variable_id: _builtins.int = ...,
+        pub_interval_ms: _builtins.int = ...,
+        level: _builtins.int = ...,
+        modes: _abc.Iterable[_builtins.int] | None = ...,
+        alert: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alert", b"alert", "level", b"level", "modes", b"modes", "pub_interval_ms", b"pub_interval_ms", "variable_id", b"variable_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SetFloodingRequest: _TypeAlias = SetFloodingRequest  # noqa: Y015
+
+@_typing.final
+class RemoveFloodingRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VARIABLE_ID_FIELD_NUMBER: _builtins.int
+    MODES_FIELD_NUMBER: _builtins.int
+    variable_id: _builtins.int
+    @_builtins.property
+    def modes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    def __init__(
+        self,
+        *,
+        variable_id: _builtins.int = ...,
+        modes: _abc.Iterable[_builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["modes", b"modes", "variable_id", b"variable_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RemoveFloodingRequest: _TypeAlias = RemoveFloodingRequest  # noqa: Y015
+
+@_typing.final
+class RouterFloodingReply(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TABLE_VERSION_FIELD_NUMBER: _builtins.int
+    table_version: _builtins.int
+    def __init__(
+        self,
+        *,
+        table_version: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["table_version", b"table_version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RouterFloodingReply: _TypeAlias = RouterFloodingReply  # noqa: Y015
+
+@_typing.final
+class SetupCondensationReply(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CHANNEL_FIELD_NUMBER: _builtins.int
+    TABLE_VERSION_FIELD_NUMBER: _builtins.int
+    channel: _builtins.str
+    table_version: _builtins.int
+    def __init__(
+        self,
+        *,
+        channel: _builtins.str = ...,
+        table_version: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["channel", b"channel", "table_version", b"table_version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SetupCondensationReply: _TypeAlias = SetupCondensationReply  # noqa: Y015
+
+@_typing.final
+class TerminateCondensationRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FUNCTION_ID_FIELD_NUMBER: _builtins.int
+    function_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        function_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["function_id", b"function_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TerminateCondensationRequest: _TypeAlias = TerminateCondensationRequest  # noqa: Y015
+
+@_typing.final
+class TerminateCondensationReply(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EXISTED_FIELD_NUMBER: _builtins.int
+    existed: _builtins.bool
+    def __init__(
+        self,
+        *,
+        existed: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["existed", b"existed"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TerminateCondensationReply: _TypeAlias = TerminateCondensationReply  # noqa: Y015

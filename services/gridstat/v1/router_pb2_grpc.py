@@ -3,6 +3,7 @@
 import grpc
 import warnings
 
+from gridstat.v1 import condensation_pb2 as gridstat_dot_v1_dot_condensation__pb2
 from gridstat.v1 import router_pb2 as gridstat_dot_v1_dot_router__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
@@ -104,6 +105,36 @@ class RouterControlStub:
                 request_serializer=gridstat_dot_v1_dot_router__pb2.WatchLinksRequest.SerializeToString,
                 response_deserializer=gridstat_dot_v1_dot_router__pb2.LinkEvent.FromString,
                 _registered_method=True)
+        self.PrepareMode = channel.unary_unary(
+                '/gridstat.v1.RouterControl/PrepareMode',
+                request_serializer=gridstat_dot_v1_dot_router__pb2.SetModeRequest.SerializeToString,
+                response_deserializer=gridstat_dot_v1_dot_router__pb2.SetModeReply.FromString,
+                _registered_method=True)
+        self.NotifyMode = channel.unary_unary(
+                '/gridstat.v1.RouterControl/NotifyMode',
+                request_serializer=gridstat_dot_v1_dot_router__pb2.NotifyModeRequest.SerializeToString,
+                response_deserializer=gridstat_dot_v1_dot_router__pb2.NotifyModeReply.FromString,
+                _registered_method=True)
+        self.SetFlooding = channel.unary_unary(
+                '/gridstat.v1.RouterControl/SetFlooding',
+                request_serializer=gridstat_dot_v1_dot_router__pb2.SetFloodingRequest.SerializeToString,
+                response_deserializer=gridstat_dot_v1_dot_router__pb2.RouterFloodingReply.FromString,
+                _registered_method=True)
+        self.RemoveFlooding = channel.unary_unary(
+                '/gridstat.v1.RouterControl/RemoveFlooding',
+                request_serializer=gridstat_dot_v1_dot_router__pb2.RemoveFloodingRequest.SerializeToString,
+                response_deserializer=gridstat_dot_v1_dot_router__pb2.RouterFloodingReply.FromString,
+                _registered_method=True)
+        self.SetupCondensation = channel.unary_unary(
+                '/gridstat.v1.RouterControl/SetupCondensation',
+                request_serializer=gridstat_dot_v1_dot_condensation__pb2.CondensationSetup.SerializeToString,
+                response_deserializer=gridstat_dot_v1_dot_router__pb2.SetupCondensationReply.FromString,
+                _registered_method=True)
+        self.TerminateCondensation = channel.unary_unary(
+                '/gridstat.v1.RouterControl/TerminateCondensation',
+                request_serializer=gridstat_dot_v1_dot_router__pb2.TerminateCondensationRequest.SerializeToString,
+                response_deserializer=gridstat_dot_v1_dot_router__pb2.TerminateCondensationReply.FromString,
+                _registered_method=True)
 
 
 class RouterControlServicer:
@@ -204,6 +235,52 @@ class RouterControlServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PrepareMode(self, request, context):
+        """Mode change (dissertation 6.3.2). Phase 2 at edge routers: build the temporary slot 16 from
+        the current mode's entries of the variables routed in both the current and the new mode, and
+        switch to it (old-only streams stop; common ones keep their old interval).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def NotifyMode(self, request, context):
+        """Phases 1 and 5 at edge routers: tell every subscriber channel (a MODE datagram,
+        docs/wire-format.md) that a change to `mode` is coming (PREPARE) or is done (COMMIT).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetFlooding(self, request, context):
+        """Limited flooding (dissertation 5.3): flood a variable to hierarchy level `level` in the given
+        modes; only the first copy per timestamp is forwarded, never back to its sender.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RemoveFlooding(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetupCondensation(self, request, context):
+        """Condensation functions in a router slot (dissertation 7.3): routes whose channel is the
+        reply's `channel` ("cf:<function_id>") feed the function; its output is forwarded by this
+        router as the variable output_variable_id.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def TerminateCondensation(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RouterControlServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -276,6 +353,36 @@ def add_RouterControlServicer_to_server(servicer, server):
                     servicer.WatchLinks,
                     request_deserializer=gridstat_dot_v1_dot_router__pb2.WatchLinksRequest.FromString,
                     response_serializer=gridstat_dot_v1_dot_router__pb2.LinkEvent.SerializeToString,
+            ),
+            'PrepareMode': grpc.unary_unary_rpc_method_handler(
+                    servicer.PrepareMode,
+                    request_deserializer=gridstat_dot_v1_dot_router__pb2.SetModeRequest.FromString,
+                    response_serializer=gridstat_dot_v1_dot_router__pb2.SetModeReply.SerializeToString,
+            ),
+            'NotifyMode': grpc.unary_unary_rpc_method_handler(
+                    servicer.NotifyMode,
+                    request_deserializer=gridstat_dot_v1_dot_router__pb2.NotifyModeRequest.FromString,
+                    response_serializer=gridstat_dot_v1_dot_router__pb2.NotifyModeReply.SerializeToString,
+            ),
+            'SetFlooding': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetFlooding,
+                    request_deserializer=gridstat_dot_v1_dot_router__pb2.SetFloodingRequest.FromString,
+                    response_serializer=gridstat_dot_v1_dot_router__pb2.RouterFloodingReply.SerializeToString,
+            ),
+            'RemoveFlooding': grpc.unary_unary_rpc_method_handler(
+                    servicer.RemoveFlooding,
+                    request_deserializer=gridstat_dot_v1_dot_router__pb2.RemoveFloodingRequest.FromString,
+                    response_serializer=gridstat_dot_v1_dot_router__pb2.RouterFloodingReply.SerializeToString,
+            ),
+            'SetupCondensation': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetupCondensation,
+                    request_deserializer=gridstat_dot_v1_dot_condensation__pb2.CondensationSetup.FromString,
+                    response_serializer=gridstat_dot_v1_dot_router__pb2.SetupCondensationReply.SerializeToString,
+            ),
+            'TerminateCondensation': grpc.unary_unary_rpc_method_handler(
+                    servicer.TerminateCondensation,
+                    request_deserializer=gridstat_dot_v1_dot_router__pb2.TerminateCondensationRequest.FromString,
+                    response_serializer=gridstat_dot_v1_dot_router__pb2.TerminateCondensationReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -656,6 +763,168 @@ class RouterControl:
             '/gridstat.v1.RouterControl/WatchLinks',
             gridstat_dot_v1_dot_router__pb2.WatchLinksRequest.SerializeToString,
             gridstat_dot_v1_dot_router__pb2.LinkEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PrepareMode(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gridstat.v1.RouterControl/PrepareMode',
+            gridstat_dot_v1_dot_router__pb2.SetModeRequest.SerializeToString,
+            gridstat_dot_v1_dot_router__pb2.SetModeReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def NotifyMode(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gridstat.v1.RouterControl/NotifyMode',
+            gridstat_dot_v1_dot_router__pb2.NotifyModeRequest.SerializeToString,
+            gridstat_dot_v1_dot_router__pb2.NotifyModeReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetFlooding(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gridstat.v1.RouterControl/SetFlooding',
+            gridstat_dot_v1_dot_router__pb2.SetFloodingRequest.SerializeToString,
+            gridstat_dot_v1_dot_router__pb2.RouterFloodingReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RemoveFlooding(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gridstat.v1.RouterControl/RemoveFlooding',
+            gridstat_dot_v1_dot_router__pb2.RemoveFloodingRequest.SerializeToString,
+            gridstat_dot_v1_dot_router__pb2.RouterFloodingReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetupCondensation(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gridstat.v1.RouterControl/SetupCondensation',
+            gridstat_dot_v1_dot_condensation__pb2.CondensationSetup.SerializeToString,
+            gridstat_dot_v1_dot_router__pb2.SetupCondensationReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TerminateCondensation(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gridstat.v1.RouterControl/TerminateCondensation',
+            gridstat_dot_v1_dot_router__pb2.TerminateCondensationRequest.SerializeToString,
+            gridstat_dot_v1_dot_router__pb2.TerminateCondensationReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -149,6 +149,8 @@ class RoutingTable:
         self.active: dict[int, CompiledEntry] = self._compiled[0]
         #: Bumped on every applied change, so the management plane can tell whether it is in step.
         self.table_version = 0
+        #: The mode the temporary slot was filled from (phase 2 of a mode change).
+        self._temporary_from = 0
 
     # -- changes ------------------------------------------------------------
     def install(self, route: Route, *, pub_interval_ms: int, alert: bool = False) -> Route:
@@ -219,6 +221,26 @@ class RoutingTable:
         self.active = self._compiled[mode]
         self.table_version += 1
 
+    def prepare_temporary(self, new_mode: int) -> int:
+        """Phase 2 of a mode change at an edge router (dissertation 6.3.2): fill the temporary
+        slot with the current mode's entries of the variables routed in both the current and
+        ``new_mode``, then switch to it. Old-only streams stop here, so load only falls; common
+        streams keep their old interval until phase 4 switches this router to ``new_mode``.
+        Returns the number of variables kept.
+        """
+        if not 0 <= new_mode < MAX_MODES:
+            raise ValidationError(f"mode {new_mode} is outside 0..{MAX_MODES - 1}", field="mode")
+        current = self.current_mode
+        if current == TEMPORARY_MODE_SLOT:
+            return len(self._compiled[TEMPORARY_MODE_SLOT])  # a repeated phase 2: already prepared
+        old, new = self._compiled[current], self._compiled[new_mode]
+        temporary = self._compiled[TEMPORARY_MODE_SLOT]
+        temporary.clear()
+        temporary.update((vid, entry) for vid, entry in old.items() if vid in new)
+        self._temporary_from = current
+        self.set_mode(TEMPORARY_MODE_SLOT)
+        return len(temporary)
+
     def recompile_all(self) -> None:
         """Rebuild every compiled entry, e.g. after a channel's queues were replaced."""
         for var_id, vr in self._vars.items():
@@ -247,6 +269,19 @@ class RoutingTable:
 
     # -- compiling ----------------------------------------------------------
     def _recompile(self, variable_id: int, mode: int) -> None:
+        self._compile(variable_id, mode)
+        if self.current_mode == TEMPORARY_MODE_SLOT and mode == self._temporary_from:
+            # A change to the old mode during a mode change reaches the temporary slot too,
+            # so it never forwards to a removed channel's queues.
+            temporary = self._compiled[TEMPORARY_MODE_SLOT]
+            if variable_id in temporary:
+                entry = self._compiled[mode].get(variable_id)
+                if entry is None:
+                    del temporary[variable_id]
+                else:
+                    temporary[variable_id] = entry
+
+    def _compile(self, variable_id: int, mode: int) -> None:
         self.table_version += 1
         compiled = self._compiled[mode]
         vr = self._vars.get(variable_id)

@@ -182,3 +182,43 @@ def test_close_and_sparse_forward_exactly_the_same_events(
     aligned = [t - t % pub for t in timestamps] + [t + phase for t in timestamps]
     for ts in aligned + list(range(0, pub * 60, pub)):
         assert names(select_close(close.active[9], ts)) == names(select_sparse(sparse.active[9], ts))
+
+
+# -- phase 2 of a mode change: the temporary slot (dissertation 6.3.2) -------------------------
+
+def test_temporary_slot_keeps_only_variables_of_both_modes_at_the_old_interval() -> None:
+    table = make(Variant.CLOSE, "out")
+    table.install(Route("both-old", 1, 0, "out", 100, 1), pub_interval_ms=50)
+    table.install(Route("both-new", 1, 3, "out", 50, 1), pub_interval_ms=50)
+    table.install(Route("old-only", 2, 0, "out", 50, 1), pub_interval_ms=50)
+    table.install(Route("new-only", 3, 3, "out", 50, 1), pub_interval_ms=50)
+    old_entry = table.active[1]
+    kept = table.prepare_temporary(3)
+    assert kept == 1
+    assert table.current_mode == MODE_SLOTS - 1
+    assert set(table.active) == {1}                 # old-only stopped, new-only not started
+    assert table.active[1] is old_entry             # a reference to the old mode's entry
+    assert closes(table.active[1]) == {"out": (100,)}
+    assert table.prepare_temporary(3) == 1          # repeating phase 2 changes nothing
+    table.set_mode(3)                               # phase 4
+    assert set(table.active) == {1, 3}
+    assert closes(table.active[1]) == {"out": (50,)}
+
+
+def test_old_mode_changes_during_a_mode_change_reach_the_temporary_slot() -> None:
+    table = make(Variant.SPARSE, "out", "other")
+    table.install(Route("a", 1, 0, "out", 100, 1), pub_interval_ms=50)
+    table.install(Route("b", 1, 0, "other", 100, 1), pub_interval_ms=50)
+    table.install(Route("a", 1, 1, "out", 100, 1), pub_interval_ms=50)
+    table.prepare_temporary(1)
+    table.remove("b", 1, 0)
+    assert [t.channel for t in table.active[1].sparse_targets] == ["out"]  # type: ignore[attr-defined]
+    table.remove("a", 1, 0)
+    assert 1 not in table.active
+
+
+def test_temporary_slot_refuses_a_mode_outside_the_sixteen() -> None:
+    table = make(Variant.CLOSE, "out")
+    with pytest.raises(ValidationError) as err:
+        table.prepare_temporary(16)
+    assert err.value.field == "mode"

@@ -59,3 +59,16 @@ class Unauthorized(GridStatError):
     """The caller may not do this here (e.g. a client not registered at the relaying edge router)."""
 
     reason = "Unauthorized"
+
+
+class ModeChangeInProgress(GridStatError):
+    """Another mode change is running on this broker; retry when it is done."""
+
+    reason = "ModeChangeInProgress"
+    retriable = True
+
+
+class CapacityExhausted(GridStatError):
+    """The resources an operation needs are not there now (e.g. a mode whose paths lost capacity)."""
+
+    reason = "CapacityExhausted"

@@ -141,8 +141,10 @@ async def ensure_channel(link: RouterLink, d: DesiredChannel) -> bool:
     return True
 
 
-async def reconcile(link: RouterLink, channels: Iterable[DesiredChannel], routes: Iterable[DesiredRoute]) -> int:
-    """Make the router hold exactly the desired channels and routes; returns the number of changes."""
+async def reconcile(link: RouterLink, channels: Iterable[DesiredChannel], routes: Iterable[DesiredRoute], *,
+                    mode: int | None = None) -> int:
+    """Make the router hold exactly the desired channels and routes, in ``mode`` when given;
+    returns the number of changes."""
     stub = link.stub
     want_channels = {c.name: c for c in channels}
     have = {c.name: c for c in (await stub.ListChannels(pb.ListChannelsRequest(), timeout=RPC_TIMEOUT_S)).channels}
@@ -158,8 +160,8 @@ async def reconcile(link: RouterLink, channels: Iterable[DesiredChannel], routes
             await stub.AddChannel(pb.AddChannelRequest(channel=channel_pb(d)), timeout=RPC_TIMEOUT_S)
             changes += 1
     want = {route_key(r): r for r in routes}
-    current = {route_key(r): r for r in (await stub.ListRoutes(pb.ListRoutesRequest(),
-                                                                 timeout=RPC_TIMEOUT_S)).routes}
+    listed = await stub.ListRoutes(pb.ListRoutesRequest(), timeout=RPC_TIMEOUT_S)
+    current = {route_key(r): r for r in listed.routes}
     install = [r for k, r in want.items()
                if k not in current or (current[k].channel, current[k].sub_interval_ms, current[k].priority,
                                        current[k].pub_interval_ms) != (r.channel, r.sub_interval_ms, r.priority,
@@ -167,4 +169,7 @@ async def reconcile(link: RouterLink, channels: Iterable[DesiredChannel], routes
     remove = [k for k in current if k not in want]
     if install or remove:
         await apply_transaction({link.name: link}, {link.name: RouterChange(tuple(install), tuple(remove))})
+    if mode is not None and listed.current_mode != mode:
+        await stub.SetMode(pb.SetModeRequest(mode=mode), timeout=RPC_TIMEOUT_S)
+        changes += 1
     return changes + len(install) + len(remove)

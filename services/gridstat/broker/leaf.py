@@ -62,8 +62,12 @@ class LeafBroker(SegmentsMixin, ModesMixin, FloodingMixin, CondensationMixin):
         self.supervise_interval_s = supervise_interval_s
         self.lock = asyncio.Lock()
         self.current_mode = 0
+        #: Defined modes (id -> name) and the change in progress, if any (``modes``).
+        self.modes: dict[int, str] = {0: "normal"}
+        self.mode_changing = False
+        self.mode_change_id = 0
         self.supervisor = RouterSupervisor(self.state, self.links, self.lock, interval_s=supervise_interval_s,
-                                           before_pass=self._expire_before_pass)
+                                           before_pass=self._expire_before_pass, mode=lambda: self.current_mode)
         self.writer = GroupCommit(self.links, persist=self._persist, taken=self.supervisor.postpone)
         #: Reserved, not yet committed inter-cloud segments and their deadlines.
         self._pending: dict[str, float] = {}
@@ -117,6 +121,7 @@ class LeafBroker(SegmentsMixin, ModesMixin, FloodingMixin, CondensationMixin):
         st.next_client_id = int(store.get_meta("next_client_id") or st.next_client_id)
         st.next_subscription = int(store.get_meta("next_subscription") or st.next_subscription)
         self.current_mode = int(store.get_meta("current_mode") or 0)
+        self._load_modes()
         if st.subscriptions or st.endpoints:
             log.info("broker %s restored %d routers, %d publications, %d subscriptions", self.name,
                      len(st.endpoints), len(st.registry), len(st.subscriptions))
@@ -286,6 +291,8 @@ class LeafBroker(SegmentsMixin, ModesMixin, FloodingMixin, CondensationMixin):
     async def subscribe(self, subscriber: str, variable: str, type_spec: TypeSpec | None, qos: Iterable[ModeQoS],
                         *, edge_router: str, subscription_id: str = "") -> SubscriptionRecord:
         split_variable_name(variable)
+        qos = tuple(qos)
+        self.check_modes_defined(q.mode for q in qos)
         async with self.lock:
             st = self.state
             var = st.registry.lookup(variable)
@@ -342,6 +349,7 @@ class LeafBroker(SegmentsMixin, ModesMixin, FloodingMixin, CondensationMixin):
 
     async def change_subscription(self, subscription_id: str, qos: ModeQoS) -> SubscriptionRecord:
         """Change one mode's QoS in place: re-admitted, and the old QoS stays if it is rejected."""
+        self.check_modes_defined((qos.mode,))
         async with self.lock:
             old = self.state.subscriptions.get(subscription_id)
             if old is None:

@@ -28,6 +28,7 @@ from gridstat.broker.delegation import (
     release_pieces,
     reserve_pieces,
 )
+from gridstat.broker.parent_modes import ParentModes, ParentModesServicerMixin
 from gridstat.broker.parent_store import ParentStore
 from gridstat.broker.rejections import NoFeasiblePath
 from gridstat.broker.service import ADMISSION_ERRORS, qos_from_pb, rejection
@@ -54,6 +55,7 @@ class ParentBroker:
         self.pending: dict[str, tuple[float, dict[str, Any]]] = {}
         self.version = 0
         self.lock = asyncio.Lock()
+        self.modes = ParentModes(name, store, self.peers, self.children)
         for d in store.all("child"):
             self.children[d["name"]] = pb.ChildBroker(**d)
         for d in store.all("channel"):
@@ -363,7 +365,7 @@ class ParentBroker:
                                clouds=sorted(self.subtree()))
 
 
-class ParentServicer(pb_grpc.QoSBrokerServicer):
+class ParentServicer(ParentModesServicerMixin, pb_grpc.QoSBrokerServicer):
     def __init__(self, broker: ParentBroker) -> None:
         self.broker = broker
 

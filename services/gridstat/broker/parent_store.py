@@ -16,7 +16,7 @@ from typing import Any
 
 from gridstat.errors import ValidationError
 
-KINDS = ("child", "channel", "sub", "forwarded", "chanres")
+KINDS = ("child", "channel", "sub", "forwarded", "chanres", "mode", "modestate")
 
 
 class ParentStore:

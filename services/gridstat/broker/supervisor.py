@@ -26,16 +26,22 @@ log = logging.getLogger(__name__)
 
 class RouterSupervisor:
     def __init__(self, state: CloudState, links: dict[str, RouterLink], lock: asyncio.Lock, *,
-                 interval_s: float, before_pass: Callable[[], Awaitable[None]] | None = None) -> None:
+                 interval_s: float, before_pass: Callable[[], Awaitable[None]] | None = None,
+                 mode: Callable[[], int] | None = None) -> None:
         self.state = state
         self.links = links
         self.lock = lock
         self.interval_s = interval_s
         self.before_pass = before_pass
+        #: The cloud's current mode: a rebuilt router is switched to it (dissertation 3.7).
+        self.mode = mode
         #: Routers rebuilt after a restart since this broker started.
         self.rebuilds = 0
         self._next_check: dict[str, float] = {}
         self._dirty: set[str] = set()
+
+    def _mode(self) -> int | None:
+        return None if self.mode is None else self.mode()
 
     def mark_dirty(self, router: str) -> None:
         """Reconcile this router at the next pass."""
@@ -59,7 +65,7 @@ class RouterSupervisor:
         async with self.lock:
             try:
                 await installer.reconcile(link, self.state.desired_channels(router),
-                                          self.state.desired_routes(router))
+                                          self.state.desired_routes(router), mode=self._mode())
             except GridStatError as exc:
                 log.warning("reconciling %s: %s", router, exc)
             except Exception as exc:  # grpc errors: the next pass retries
@@ -88,7 +94,7 @@ class RouterSupervisor:
                 self._dirty.discard(name)
                 try:
                     n = await installer.reconcile(link, self.state.desired_channels(name),
-                                                  self.state.desired_routes(name))
+                                                  self.state.desired_routes(name), mode=self._mode())
                 except Exception as exc:
                     log.warning("rebuilding router %s failed: %s; retrying", name, exc)
                     self._next_check[name] = time.monotonic() + self.interval_s

@@ -14,7 +14,7 @@ from typing import Any, NoReturn, TypeVar
 
 import grpc
 
-from gridstat.errors import DuplicateName, GridStatError, NotFound, Unauthorized, UnknownVariable
+from gridstat.errors import CapacityExhausted, DuplicateName, GridStatError, NotFound, Unauthorized, UnknownVariable
 
 T = TypeVar("T")
 REASON_KEY = "gridstat-reason"
@@ -28,6 +28,8 @@ def status_code(exc: GridStatError) -> grpc.StatusCode:
         return grpc.StatusCode.ALREADY_EXISTS
     if isinstance(exc, Unauthorized):
         return grpc.StatusCode.PERMISSION_DENIED
+    if isinstance(exc, CapacityExhausted):
+        return grpc.StatusCode.FAILED_PRECONDITION
     if exc.retriable:
         return grpc.StatusCode.UNAVAILABLE
     return grpc.StatusCode.INVALID_ARGUMENT

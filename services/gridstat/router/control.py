@@ -120,6 +120,21 @@ class RouterControlServicer(pb_grpc.RouterControlServicer):
             return pb.SetModeReply(previous_mode=previous, table_version=self.router.table.table_version)
         return await _guard(context, call)
 
+    async def PrepareMode(self, request: pb.SetModeRequest, context: Any) -> pb.SetModeReply:
+        def call() -> pb.SetModeReply:
+            previous = self.router.prepare_mode(request.mode)
+            return pb.SetModeReply(previous_mode=previous, table_version=self.router.table.table_version)
+        return await _guard(context, call)
+
+    async def NotifyMode(self, request: pb.NotifyModeRequest, context: Any) -> pb.NotifyModeReply:
+        def call() -> pb.NotifyModeReply:
+            if request.phase not in (pb.MODE_PHASE_PREPARE, pb.MODE_PHASE_COMMIT, pb.MODE_PHASE_ABORT):
+                raise ValidationError(f"phase {request.phase} is not PREPARE, COMMIT or ABORT", field="phase")
+            told = self.router.notify_mode(int(request.phase), request.mode, request.previous_mode,
+                                           request.change_id)
+            return pb.NotifyModeReply(subscribers=told)
+        return await _guard(context, call)
+
     async def ListRoutes(self, request: pb.ListRoutesRequest, context: Any) -> pb.ListRoutesReply:
         table = self.router.table
         routes = [route_to_pb(r, table.pub_interval(r.variable_id)) for r in table.routes()]

@@ -399,6 +399,32 @@ class StatusRouter:
         self.table.set_mode(mode)
         return previous
 
+    def prepare_mode(self, mode: int) -> int:
+        """Phase 2 of a mode change at an edge router: switch to the temporary slot (6.3.2)."""
+        previous = self.table.current_mode
+        self.table.prepare_temporary(mode)
+        return previous
+
+    def notify_mode(self, phase: int, mode: int, previous_mode: int, change_id: int) -> int:
+        """Phases 1 and 5: send a mode notice to every subscriber channel; returns how many.
+
+        Sent twice: a notice is idempotent (the change id) and one lost notice would only cost
+        the subscriber a spurious QoS callback, but two copies make even that unlikely.
+        """
+        data = wire.encode_mode_notice(self.config.router_id, 0, phase=phase, mode=mode,
+                                       previous_mode=previous_mode, change_id=change_id)
+        told = 0
+        for ch in list(self.channels.values()):
+            if ch.kind is not ChannelKind.SUBSCRIBER or ch.address is None:
+                continue
+            told += 1
+            for _ in range(2):
+                try:
+                    self._sendto(data, ch.address)
+                except OSError:
+                    ch.stats.drops[DropReason.SEND_ERROR.value] += 1
+        return told
+
     def uptime_s(self) -> float:
         return time.monotonic() - self._clock.started_monotonic
 

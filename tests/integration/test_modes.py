@@ -1,0 +1,235 @@
+"""Operating modes over real routers and a real leaf broker (dissertation 6.3; issue 4 point 1).
+
+A subscription of both modes must see every event across a switch, none twice; a subscription
+of the old mode only stops, one of the new mode only starts; subscribers are told before and
+after; asking for the current mode changes nothing.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import grpc
+import pytest
+
+from gridstat.core import wire
+from gridstat.v1 import broker_pb2 as bpb
+from gridstat.v1 import router_pb2 as rpb
+
+from .brokerprocs import add_link, add_router, start_broker, wait_for
+from .routerprocs import start_router
+
+pytestmark = pytest.mark.integration
+
+ROUTERS = [("e1", 1, "edge"), ("i1", 2, "internal"), ("i2", 3, "internal"), ("e2", 4, "edge")]
+LINKS = [("e1", "i1", 1.0), ("i1", "e2", 1.0), ("e1", "i2", 2.0), ("i2", "e2", 2.0)]
+FLOAT = bpb.ValueType(kind=bpb.VALUE_KIND_FLOAT)
+
+
+class Sink:
+    """A raw subscriber socket: events as (variable, timestamp) and mode notices, from a thread."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.settimeout(0.1)
+        self.events: list[tuple[int, int]] = []
+        self.notices: list[tuple[int, int, int, int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    @property
+    def port(self) -> int:
+        return int(self.sock.getsockname()[1])
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                data = self.sock.recv(65536)
+            except TimeoutError:
+                continue
+            d = wire.decode_datagram(data)
+            if d.mode_notice is not None:
+                self.notices.append(d.mode_notice)
+            self.events.extend((e.variable_id, e.timestamp_ms) for e in d.events)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2)
+        self.sock.close()
+
+
+class Feed:
+    """Publishes every variable every 10 ms (aligned timestamps) from a thread until stopped."""
+
+    def __init__(self, edge_port: int, sender: int, variables: list[int]) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.args = (edge_port, sender, variables)
+        self.sent: list[int] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        port, sender, variables = self.args
+        seq = 0
+        while not self._stop.is_set():
+            now = time.time_ns() // 1_000_000
+            ts = now - now % 10
+            if not self.sent or ts > self.sent[-1]:
+                seq += 1
+                evs = [wire.encode_event(wire.Event(ts, v, b"\0" * 8)) for v in variables]
+                self.sock.sendto(wire.encode_datagram(sender, seq, evs), ("127.0.0.1", port))
+                self.sent.append(ts)
+            time.sleep(0.002)
+
+    def stop(self) -> list[int]:
+        self._stop.set()
+        self._thread.join(timeout=2)
+        self.sock.close()
+        return self.sent
+
+
+@pytest.fixture
+def cloud(tmp_path: Path):  # type: ignore[no-untyped-def]
+    routers: dict = {}  # type: ignore[type-arg]
+    broker = None
+    try:
+        for name, rid, role in ROUTERS:
+            routers[name] = start_router(name, rid, role=role)
+        broker = start_broker("A", str(tmp_path / "A.sqlite"))
+        for name, _, role in ROUTERS:
+            add_router(broker, routers[name], role)
+        for a, b, lat in LINKS:
+            add_link(broker, a, b, latency_ms=lat)
+        yield broker, routers
+    finally:
+        if broker is not None:
+            broker.stop()
+        for r in routers.values():
+            r.stop()
+
+
+def subscribe(broker, variable: str, modes: list[int], interval_ms: int = 10):  # type: ignore[no-untyped-def]
+    return broker.stub.Subscribe(bpb.SubscribeRequest(subscription=bpb.Subscription(
+        subscriber="ems", variable=variable, type=FLOAT, edge_router="e2",
+        qos=[bpb.ModeQoS(mode=m, interval_ms=interval_ms, latency_ms=50) for m in modes])), timeout=10)
+
+
+def setup(broker, sink: Sink) -> tuple[int, dict[str, int]]:  # type: ignore[no-untyped-def]
+    pub = broker.stub.RegisterClient(bpb.RegisterClientRequest(
+        name="pmu1", kind=bpb.CLIENT_KIND_PUBLISHER, edge_router="e1", first_time=True), timeout=5)
+    broker.stub.RegisterClient(bpb.RegisterClientRequest(
+        name="ems", kind=bpb.CLIENT_KIND_SUBSCRIBER, edge_router="e2", host="127.0.0.1", port=sink.port,
+        first_time=True), timeout=5)
+    ids = {}
+    for v in ("both", "old", "new"):
+        reply = broker.stub.RegisterPublication(bpb.RegisterPublicationRequest(publication=bpb.Publication(
+            publisher="pmu1", variable=v, type=FLOAT, interval_ms=10, edge_router="e1")), timeout=5)
+        ids[v] = reply.publication.variable_id
+    return pub.client_id, ids
+
+
+def reason(exc: grpc.RpcError) -> str:
+    return dict(exc.trailing_metadata() or ()).get("gridstat-reason", "")  # type: ignore[attr-defined]
+
+
+def test_switch_keeps_common_streams_whole_stops_old_starts_new_and_tells_subscribers(cloud) -> None:  # type: ignore[no-untyped-def]
+    broker, _routers = cloud
+    sink = Sink()
+    pub_id, ids = setup(broker, sink)
+    # A subscription may only name a defined mode.
+    with pytest.raises(grpc.RpcError) as err:
+        subscribe(broker, "pmu1/new", [1])
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND and reason(err.value) == "UnknownMode"
+    info = broker.stub.DefineMode(bpb.DefineModeRequest(mode=1, name="contingency"), timeout=5)
+    assert (info.mode, info.name, info.current) == (1, "contingency", False)
+    assert subscribe(broker, "pmu1/both", [0, 1]).admitted
+    assert subscribe(broker, "pmu1/old", [0]).admitted
+    assert subscribe(broker, "pmu1/new", [1]).admitted
+    listed = broker.stub.ListModes(bpb.ListModesRequest(), timeout=5)
+    assert [(m.mode, m.name, m.current, m.subscriptions) for m in listed.modes] == [
+        (0, "normal", True, 2), (1, "contingency", False, 2)]
+    feed = Feed(_routers["e1"].port, pub_id, list(ids.values()))
+    try:
+        assert wait_for(lambda: len(sink.events) > 30)
+        switched_at = time.time_ns() // 1_000_000
+        reply = broker.stub.ChangeMode(bpb.ChangeModeRequest(name="contingency"), timeout=10)
+        assert reply.changed and (reply.previous_mode, reply.current_mode) == (0, 1)
+        assert [p.name for p in reply.phases] == ["warn", "prepare", "switch-internal", "switch-edge", "commit"]
+        assert [p.routers for p in reply.phases] == [2, 2, 2, 2, 2]
+        time.sleep(0.4)
+        again = broker.stub.ChangeMode(bpb.ChangeModeRequest(mode=1), timeout=10)
+        assert not again.changed and again.current_mode == 1
+        time.sleep(0.2)
+    finally:
+        sent = feed.stop()
+    time.sleep(0.2)
+    sink.close()
+    both = [ts for v, ts in sink.events if v == ids["both"]]
+    assert len(both) == len(set(both)), "a common subscription got a duplicate across the switch"
+    first = min(both)
+    missing = [ts for ts in sent if ts >= first and ts not in set(both)]
+    assert missing == [], f"{len(missing)} events of the common subscription lost across the switch"
+    old = [ts for v, ts in sink.events if v == ids["old"]]
+    new = [ts for v, ts in sink.events if v == ids["new"]]
+    assert old and max(old) < switched_at + 200, "the old-only stream kept flowing after the switch"
+    assert new and min(new) >= switched_at - 20, "the new-only stream flowed before the switch"
+    # Phase 1 and phase 5 notices reached the subscriber, each sent twice, in order.
+    phases = [(p, m, prev) for p, m, prev, _ in sink.notices]
+    assert phases[:2] == [(wire.MODE_PREPARE, 1, 0)] * 2 and phases[2:] == [(wire.MODE_COMMIT, 1, 0)] * 2
+    # Every router is in the new mode; routes of both modes stay installed.
+    for r in _routers.values():
+        assert r.stub.ListRoutes(rpb.ListRoutesRequest(), timeout=5).current_mode == 1
+
+
+def test_bad_mode_requests_get_specific_errors_and_a_concurrent_change_is_refused(cloud) -> None:  # type: ignore[no-untyped-def]
+    broker, _routers = cloud
+    with pytest.raises(grpc.RpcError) as err:
+        broker.stub.ChangeMode(bpb.ChangeModeRequest(name="winter"), timeout=5)
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND and reason(err.value) == "UnknownMode"
+    with pytest.raises(grpc.RpcError) as err:
+        broker.stub.ChangeMode(bpb.ChangeModeRequest(mode=3), timeout=5)
+    assert reason(err.value) == "UnknownMode"
+    with pytest.raises(grpc.RpcError) as err:
+        broker.stub.DefineMode(bpb.DefineModeRequest(mode=16, name="x"), timeout=5)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    broker.stub.DefineMode(bpb.DefineModeRequest(mode=1, name="contingency"), timeout=5)
+    broker.stub.DefineMode(bpb.DefineModeRequest(mode=2, name="summer"), timeout=5)
+    with pytest.raises(grpc.RpcError) as err:
+        broker.stub.DefineMode(bpb.DefineModeRequest(mode=3, name="summer"), timeout=5)
+    assert err.value.code() == grpc.StatusCode.ALREADY_EXISTS
+    # Many changes at once: each either runs or is refused as retriable, never anything else.
+    with ThreadPoolExecutor(4) as pool:
+        futures = [pool.submit(broker.stub.ChangeMode, bpb.ChangeModeRequest(mode=m), timeout=10)
+                   for m in (1, 2, 1, 2)]
+    outcomes = []
+    for f in futures:
+        try:
+            outcomes.append(f.result().current_mode)
+        except grpc.RpcError as exc:
+            assert exc.code() == grpc.StatusCode.UNAVAILABLE and reason(exc) == "ModeChangeInProgress"
+            outcomes.append(-1)
+    assert any(o >= 0 for o in outcomes)
+    final = broker.stub.ListModes(bpb.ListModesRequest(), timeout=5)
+    assert not final.changing
+    for r in _routers.values():
+        assert r.stub.ListRoutes(rpb.ListRoutesRequest(), timeout=5).current_mode == final.current_mode
+
+
+def test_a_restarted_router_is_rebuilt_into_the_current_mode(cloud) -> None:  # type: ignore[no-untyped-def]
+    broker, routers = cloud
+    broker.stub.DefineMode(bpb.DefineModeRequest(mode=4, name="storm"), timeout=5)
+    broker.stub.ChangeMode(bpb.ChangeModeRequest(name="storm"), timeout=10)
+    victim = routers["i1"]
+    port, control_port = victim.port, victim.control_port
+    victim.stop()
+    time.sleep(0.5)
+    routers["i1"] = restarted = start_router("i1", 2, port=port, control_port=control_port)
+    assert wait_for(lambda: restarted.stub.ListRoutes(rpb.ListRoutesRequest(), timeout=2).current_mode == 4,
+                    timeout_s=10)

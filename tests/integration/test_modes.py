@@ -233,3 +233,27 @@ def test_a_restarted_router_is_rebuilt_into_the_current_mode(cloud) -> None:  # 
     routers["i1"] = restarted = start_router("i1", 2, port=port, control_port=control_port)
     assert wait_for(lambda: restarted.stub.ListRoutes(rpb.ListRoutesRequest(), timeout=2).current_mode == 4,
                     timeout_s=10)
+
+
+def test_cli_defines_lists_and_changes_modes(cloud) -> None:  # type: ignore[no-untyped-def]
+    import json
+    import subprocess
+    import sys
+
+    broker, _routers = cloud
+
+    def cli(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "gridstat.cli.main", "mode", *argv, "--broker", broker.address],
+                              capture_output=True, text=True, timeout=60)
+
+    assert cli("define", "2", "summer").stdout.strip() == "mode 2 is 'summer'"
+    out = cli("change", "summer")
+    assert out.returncode == 0 and out.stdout.startswith("mode 0 -> 2 in "), out.stderr
+    assert "switch-internal" in out.stdout
+    same = cli("change", "2")
+    assert same.returncode == 0 and "already current" in same.stdout
+    listed = json.loads(cli("list", "-o", "json").stdout)
+    assert listed["current_mode"] == 2
+    assert [(m["mode"], m["name"], m["current"]) for m in listed["modes"]] == [(0, "normal", False), (2, "summer", True)]
+    bad = cli("change", "winter")
+    assert bad.returncode == 2 and "UnknownMode" in bad.stderr + bad.stdout

@@ -45,6 +45,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     b.add_argument("--concurrency", type=int, default=1024, help="Subscribe RPCs in flight")
     b.add_argument("--decisions-only", action="store_true", help="skip the install through real processes")
     _write_args(b)
+    m = sub.add_parser("modes", help="mode-change time with 10,000 subscriptions over 20 routers, one cloud and "
+                                     "a two-level hierarchy, with probe streams checked for loss")
+    m.add_argument("--quick", action="store_true", help="1,000 subscriptions, 6 switches, one cloud only")
+    m.add_argument("--subs", type=int, default=0, help="subscriptions (default 10,000)")
+    m.add_argument("--switches", type=int, default=0, help="switches per set-up (default 20)")
+    m.add_argument("--no-hierarchy", action="store_true", help="one cloud only")
+    _write_args(m)
 
 
 def _write_args(p: argparse.ArgumentParser) -> None:
@@ -89,6 +96,23 @@ def run(args: argparse.Namespace) -> int:
         print(body)
         if target is not None:
             report.write_section(target, "broker", body)
+            _log(f"wrote {target}")
+        return 0
+    if args.bench == "modes":
+        from gridstat.bench import modes
+
+        subs = args.subs or (1_000 if args.quick else 10_000)
+        switches = args.switches or (6 if args.quick else 20)
+        _log(f"modes: one cloud, {subs} subscriptions ...")
+        one = modes.bench_one_cloud(subs, switches, _log)
+        two = None
+        if not (args.quick or args.no_hierarchy):
+            _log(f"modes: parent + two clouds, {subs} subscriptions ...")
+            two = modes.bench_hierarchy(subs, switches, _log)
+        body = modes.report(one, two, subs=subs, switches=switches, facts=facts)
+        print(body)
+        if target is not None:
+            report.write_section(target, "modes", body)
             _log(f"wrote {target}")
         return 0
     from gridstat.bench.router import run_router_bench

@@ -19,9 +19,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("gridstat.demo.main", "alias of 'up'"),
     "router": ("gridstat.router.main", "run one status router process"),
     "broker": ("gridstat.broker.main", "run a QoS broker (--role leaf for a cloud, --role parent above clouds)"),
-    "bench": ("gridstat.bench.main", "benchmarks: gridstat bench router | tables | broker"),
+    "bench": ("gridstat.bench.main", "benchmarks: gridstat bench router | tables | broker | modes"),
     "sub": ("gridstat.cli.sub", "subscriptions on the QoS broker: 'gridstat sub add|list|rm'"),
     "topology": ("gridstat.cli.topology", "the QoS broker's topology: 'gridstat topology show'"),
+    "mode": ("gridstat.cli.mode", "operating modes: 'gridstat mode list|define|change'"),
     "routes": ("gridstat.cli.routes", "a router's route table and channels: 'gridstat routes ROUTER'"),
 }
 

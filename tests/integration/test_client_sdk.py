@@ -1,4 +1,5 @@
-"""The client SDK against real status routers on 127.0.0.1: filter, redundancy, violations, snapshots."""
+"""The client SDK against real status routers on 127.0.0.1: filter, redundancy, violations, snapshots,
+extrapolation."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 
-from gridstat.client import Holder, Publisher, Snapshot, Subscriber, Subscription, Violation
+from gridstat.client import Extrapolation, Holder, Publisher, Snapshot, Subscriber, Subscription, Violation
 from gridstat.core import clock, filtering
 from gridstat.core.model import FLOAT, StatusVariable, VariableRegistry
 from gridstat.router.channels import ChannelKind
@@ -162,3 +163,43 @@ async def test_snapshot_group_delivers_complete_sets(edge: StatusRouter) -> None
         assert [s.ts_ms for s in group.history(2)] == [snaps[-2].ts_ms, snaps[-1].ts_ms]
         assert group.stats.incomplete == 0 and group.stats.complete == 10
         assert pub.stats.datagrams == 20  # one datagram per instant: the three values travel together
+
+
+async def test_extrapolation_fills_skipped_events_and_then_reports_the_silence(edge: StatusRouter) -> None:
+    reg = VariableRegistry()
+    var = reg.register("pmu1", "freq", FLOAT, interval_ms=20)
+    got: list[Holder] = []
+    violations: list[Violation] = []
+    spec = Extrapolation("polynomial", order=1, window=4, max_consecutive=3)
+    async with Subscriber("subX", 600) as sx:
+        edge.add_channel("sx", peer_id=600, kind=ChannelKind.SUBSCRIBER, address=sx.address)
+        route(edge, "rx", var, "sx", 20)
+        sub = sx.subscribe(var, interval_ms=20, latency_ms=200, extrapolation=spec,
+                           on_event=lambda s, h: got.append(h), on_violation=lambda s, v: violations.append(v))
+        base = clock.next_aligned_ms(clock.now_ms(), 20) + 20
+        stamps = [base + 20 * k for k in range(12)]
+        skipped = {stamps[6], stamps[7]}
+
+        def value(ts: int) -> float:  # a ramp: order 1 extrapolates it exactly
+            return 50.0 + 0.001 * (ts - base)
+
+        async with Publisher("pmu1", PUB_ID, edge.address) as pub:
+            handle = pub.variable(var)
+            for ts in stamps:  # in real time, so the subscriber's monitor sees real deadlines
+                await asyncio.sleep(max(0, ts - clock.now_ms()) / 1000)
+                if ts not in skipped:
+                    handle.publish(value(ts), ts)
+        last = stamps[-1]
+        # After the publisher stops, max_consecutive instants are filled, then the silence is reported.
+        assert await wait_for(lambda: any(v.kind == "late" for v in violations), 3.0)
+        assert [h.timestamp_ms for h in got if not h.extrapolated] == [t for t in stamps if t not in skipped]
+        filled = {h.timestamp_ms: h.value for h in got if h.extrapolated}
+        assert set(filled) >= skipped | {last + 20, last + 40, last + 60}
+        for ts, v in filled.items():
+            assert v == pytest.approx(value(ts), abs=1e-9)
+        late = [v for v in violations if v.kind == "late"]
+        assert (late[0].expected_ts_ms, late[0].last_ts_ms) == (last + 80, last)
+        assert not any(v.kind == "gap" for v in violations)
+        holder = sub.holder
+        assert holder is not None and holder.extrapolated and holder.timestamp_ms == last + 60
+        assert sub.stats.extrapolated >= 5 and sub.stats.gaps >= 2

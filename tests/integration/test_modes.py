@@ -254,6 +254,7 @@ def test_cli_defines_lists_and_changes_modes(cloud) -> None:  # type: ignore[no-
     assert same.returncode == 0 and "already current" in same.stdout
     listed = json.loads(cli("list", "-o", "json").stdout)
     assert listed["current_mode"] == 2
-    assert [(m["mode"], m["name"], m["current"]) for m in listed["modes"]] == [(0, "normal", False), (2, "summer", True)]
+    assert [(m["mode"], m["name"], m["current"]) for m in listed["modes"]] == [
+        (0, "normal", False), (2, "summer", True)]
     bad = cli("change", "winter")
     assert bad.returncode == 2 and "UnknownMode" in bad.stderr + bad.stdout

@@ -2,10 +2,12 @@
 
 ``Publisher`` sends GPS-aligned events to its edge router; ``Subscriber`` receives them and
 offers GridStat's three subscriber models (2.1.5): a pull holder, a push callback and a
-QoS-violation callback, plus snapshot groups of in-phase variables. Variable ids come from
-``gridstat.core.model.VariableRegistry``; until the brokers exist the caller installs routes.
+QoS-violation callback, plus snapshot groups of in-phase variables and extrapolation of missed
+values (2.2.2). Variable ids come from ``gridstat.core.model.VariableRegistry``; until the brokers
+exist the caller installs routes.
 """
 
+from gridstat.client.extrapolation import Extrapolation, register_extrapolation, unregister_extrapolation
 from gridstat.client.holders import Holder, Violation
 from gridstat.client.publisher import AlertTooEarly, PublicationHandle, Publisher
 from gridstat.client.session import EdgeSession, ModeQoS, Offer, SubscribeResult, SubscriptionRejected
@@ -16,6 +18,7 @@ from gridstat.client.subscription import Subscription
 __all__ = [
     "AlertTooEarly",
     "EdgeSession",
+    "Extrapolation",
     "Holder",
     "ModeQoS",
     "Offer",
@@ -28,4 +31,6 @@ __all__ = [
     "Subscription",
     "SubscriptionRejected",
     "Violation",
+    "register_extrapolation",
+    "unregister_extrapolation",
 ]

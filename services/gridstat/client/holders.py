@@ -35,8 +35,8 @@ class Holder:
     #: Received wall clock minus the publisher's timestamp (needs NTP/PTP-aligned clocks, README).
     latency_ms: int
     options: tuple[DerivedValue, ...] = ()
-    #: True when the value was extrapolated rather than received; always False until
-    #: extrapolation holders land (dissertation 2.1.5, "pluggable extrapolation").
+    #: True when the value was extrapolated for a missed instant rather than received (2.2.2,
+    #: ``extrapolation.py``); a real event for that instant replaces it with a False holder.
     extrapolated: bool = False
     #: False when timestamps were skipped between this event and the previous one.
     sequence_ok: bool = True
@@ -100,6 +100,10 @@ class SubscriptionStats:
     gaps: int = 0
     violations: int = 0
     callback_errors: int = 0
+    #: Missed instants filled with an extrapolated value (2.2.2) instead of a violation.
+    extrapolated: int = 0
+    #: Extrapolated values later replaced by the real event of their instant.
+    replaced: int = 0
     latency: LatencyRing = field(default_factory=LatencyRing)
 
 

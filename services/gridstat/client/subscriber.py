@@ -26,6 +26,7 @@ from gridstat.core.model import PRIORITY_HIGH, StatusVariable, TypeSpec, check_n
 from gridstat.core.tls import TlsFiles
 from gridstat.errors import DuplicateName, GridStatError, ValidationError
 
+from .extrapolation import ExtrapolationLike, as_extrapolation
 from .session import EdgeSession, ModeQoS
 from .snapshot import SnapshotCallback, SnapshotGroup
 from .subscription import EventCallback, Subscription, ViolationCallback
@@ -98,13 +99,15 @@ class Subscriber:
     async def subscribe_remote(self, variable_full_name: str, type: TypeSpec, *, interval_ms: int, latency_ms: int,
                                redundancy: int = 1, priority: int = PRIORITY_HIGH, mode: int = 0,
                                on_event: EventCallback | None = None, on_violation: ViolationCallback | None = None,
-                               extrapolate: Callable[..., Any] | None = None) -> Subscription:
+                               extrapolate: Callable[..., Any] | None = None,
+                               extrapolation: ExtrapolationLike | None = None) -> Subscription:
         """Subscribe through the edge router (the broker admits it and installs the routes), then
         subscribe locally with the variable id and publication interval of the reply. Raises
         ``SubscriptionRejected`` (``reason``, ``offer``) when the broker refuses."""
         if self.session is None:
             raise ValidationError(f"subscriber {self.name} has no edge session; use Subscriber.connect",
                                   field="session")
+        as_extrapolation(extrapolation, type)  # a bad request fails before the broker is asked
         publisher, name = split_variable_name(variable_full_name)
         result = await self.session.subscribe(self.name, variable_full_name, type,
                                               [ModeQoS(mode, interval_ms, latency_ms, redundancy, priority)])
@@ -116,7 +119,7 @@ class Subscriber:
                 var = StatusVariable(publisher, name, type, 0, priority, alert=True,
                                      min_interval_ms=max(1, interval_ms), variable_id=result.variable_id)
             sub = self.subscribe(var, interval_ms=interval_ms, latency_ms=latency_ms, on_event=on_event,
-                                 on_violation=on_violation, extrapolate=extrapolate)
+                                 on_violation=on_violation, extrapolate=extrapolate, extrapolation=extrapolation)
         except GridStatError:
             with contextlib.suppress(GridStatError):
                 await self.session.unsubscribe(result.subscription_id)
@@ -180,13 +183,16 @@ class Subscriber:
     # -- subscriptions ------------------------------------------------------------------------------
     def subscribe(self, var: StatusVariable, *, interval_ms: int, latency_ms: int,
                   on_event: EventCallback | None = None, on_violation: ViolationCallback | None = None,
-                  extrapolate: Callable[..., Any] | None = None) -> Subscription:
-        """Subscribe to ``var``; the caller installs the routes that bring its events here."""
+                  extrapolate: Callable[..., Any] | None = None,
+                  extrapolation: ExtrapolationLike | None = None) -> Subscription:
+        """Subscribe to ``var``; the caller installs the routes that bring its events here.
+        ``extrapolation`` fills missed instants instead of reporting them (2.2.2, ``Extrapolation``)."""
         if var.variable_id in self._subs:
             raise DuplicateName(f"subscriber {self.name} already subscribes to {var.full_name!r}",
                                 field="variable")
         sub = Subscription(var, interval_ms=interval_ms, latency_ms=latency_ms, on_event=on_event,
-                           on_violation=on_violation, extrapolate=extrapolate, subscriber=self)
+                           on_violation=on_violation, extrapolate=extrapolate, subscriber=self,
+                           extrapolation=extrapolation)
         self._subs[var.variable_id] = sub
         return sub
 

@@ -6,18 +6,26 @@ channel shared with a shorter interval cannot deliver extra phases, drops the co
 redundant paths deliver, and watches the deadline of the next expected event. Everything is
 driven with explicit ``now_ms`` so the unit tests never sleep; ``Subscriber`` feeds it from the
 socket and from its monitor task.
+
+With ``extrapolation`` (2.2.2) a missed instant -- the monitor's deadline passed, or a newer event
+skipped it (the same two rules that report ``late`` and ``gap``) -- is filled with a value
+extrapolated from the newest received samples, flagged on its holder, instead of a violation,
+for at most ``max_consecutive`` intervals after the newest received event. A real event for a
+filled instant that arrives later still replaces it.
 """
 
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from gridstat.core import filtering, wire
-from gridstat.core.model import StatusVariable
+from gridstat.core.model import StatusVariable, ValueType
 from gridstat.errors import NotFound, TypeMismatch, ValidationError
 
+from .extrapolation import Extrapolation, ExtrapolationLike, as_extrapolation
 from .holders import DedupWindow, Holder, SubscriptionStats, Violation, missing_between, next_expected_ts
 
 if TYPE_CHECKING:
@@ -25,6 +33,8 @@ if TYPE_CHECKING:
     from .subscriber import Subscriber
 
 log = logging.getLogger(__name__)
+
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 EventCallback = Callable[["Subscription", Holder], None]
 ViolationCallback = Callable[["Subscription", Violation], None]
@@ -59,9 +69,15 @@ class Subscription:
         on_violation: ViolationCallback | None = None,
         extrapolate: Callable[..., Any] | None = None,
         subscriber: Subscriber | None = None,
+        extrapolation: ExtrapolationLike | None = None,
     ) -> None:
         if latency_ms < 0:
             raise ValidationError(f"latency budget must not be negative, got {latency_ms}", field="latency_ms")
+        if extrapolate is not None and extrapolation is not None:
+            raise ValidationError("give extrapolation or its older spelling extrapolate, not both",
+                                  field="extrapolation")
+        spec = as_extrapolation(extrapolation if extrapolate is None else extrapolate, variable.type,
+                                alert=variable.alert)
         self.variable = variable
         self.pub_interval_ms = variable.effective_interval_ms
         # 4.2: a non-multiple interval is rounded down to a multiple of the publication interval.
@@ -69,8 +85,15 @@ class Subscription:
         self.latency_ms = latency_ms
         self.on_event = on_event
         self.on_violation = on_violation
-        #: Stored for the extrapolation holders of a later issue; not applied yet.
+        #: The older ``extrapolate=fn`` spelling, as given; ``extrapolation`` is what is applied.
         self.extrapolate = extrapolate
+        #: How missed instants are filled (2.2.2); None reports them as violations.
+        self.extrapolation: Extrapolation | None = spec
+        #: The newest received (timestamp, value) samples, oldest first; never extrapolated ones.
+        self._samples: deque[tuple[int, float]] = deque(maxlen=spec.window if spec is not None else 1)
+        #: Nominal instants filled with an extrapolated value and newer than the newest real event.
+        self._filled: set[int] = set()
+        self._last_real: int | None = None
         self.holder: Holder | None = None
         self.stats = SubscriptionStats()
         self.active = True
@@ -120,27 +143,46 @@ class Subscription:
         except TypeMismatch:
             stats.filtered += 1
             return False
-        last = self.holder.timestamp_ms if self.holder is not None else None
+        last = self._last_real
         latency = now_ms - ts
         sequence_ok = True
         gap: Violation | None = None
+        phase = (ts + self._half) // interval * interval  # the nominal instant (``_phase``)
+        filled = self._filled
+        replaces = phase in filled
         if self._periodic and last is not None:
             missing = missing_between(last, ts, interval)
             if missing:
                 stats.gaps += missing
-                sequence_ok = False
             expected = self._expected
             if expected is not None and (ts - expected + interval // 2) // interval >= 1:
-                gap = Violation("gap", expected, now_ms, last)
+                # Fill the skipped instants (2.2.2) before this event; report what cannot be.
+                unfilled = self._fill_until(expected, phase, now_ms)
+                if unfilled is not None:
+                    gap = Violation("gap", unfilled, now_ms, last)
+            prev = self.holder.timestamp_ms if self.holder is not None else last
+            sequence_ok = missing_between(prev, ts, interval) == 0
         if self._periodic:
-            self._expected = next_expected_ts(ts, self.pub_interval_ms, interval)
+            nxt = next_expected_ts(ts, self.pub_interval_ms, interval)
+            self._expected = nxt if self._expected is None else max(self._expected, nxt)
         holder = Holder(value, ts, now_ms, latency, event.options, False, sequence_ok, event.is_alert)
-        self.holder = holder
+        # A late real event for a filled instant older than the holder's does not move it back.
+        if self.holder is None or not filled or phase >= self._phase(self.holder.timestamp_ms):
+            self.holder = holder
+        self._last_real = ts
+        if self.extrapolation is not None:
+            if replaces:
+                stats.replaced += 1
+            if filled:
+                self._filled = {t for t in filled if t > phase}
+            if isinstance(value, (int, float)):  # always: checked at subscribe time
+                self._samples.append((ts, float(value)))
         stats.delivered += 1
         stats.latency.add(latency)
         if gap is not None:
             self._violate(gap)
-        if latency > self.latency_ms:
+        # The instant was already filled in time: its late real value is a correction, not a breach.
+        if latency > self.latency_ms and not replaces:
             self._violate(Violation("latency", ts, now_ms, last, latency))
         if self.on_event is not None:
             self._call(self.on_event, (self, holder))
@@ -160,10 +202,63 @@ class Subscription:
             return None
         missed = (now_ms - deadline - 1) // self.interval_ms + 1
         self._expected = expected + missed * self.interval_ms
-        v = Violation("late", expected, now_ms, None if self.holder is None else self.holder.timestamp_ms,
-                      missed=missed)
+        unfilled = self._fill_until(expected, self._expected, now_ms)
+        if unfilled is None:
+            return None
+        missed -= (unfilled - expected) // self.interval_ms
+        v = Violation("late", unfilled, now_ms, self._last_real, missed=missed)
         self._violate(v)
         return v
+
+    # -- extrapolation (2.2.2) ----------------------------------------------------------------------
+    def _phase(self, ts: int) -> int:
+        """The nominal instant (a multiple of the interval) whose filter phase ``ts`` is in."""
+        return (ts + self._half) // self.interval_ms * self.interval_ms
+
+    def _fill_until(self, first: int, stop: int, now_ms: int) -> int | None:
+        """Fill the missed nominal instants ``first, first + interval, ...`` before ``stop``; returns
+        the first instant that could not be filled (None when all were), which the caller reports.
+
+        An instant is filled only within ``max_consecutive`` intervals of the newest received event
+        and when the method yields a finite value; after the first failure the rest are reported.
+        """
+        spec = self.extrapolation
+        if spec is None or self._last_real is None:
+            return first if first < stop else None
+        interval = self.interval_ms
+        limit = self._phase(self._last_real) + spec.max_consecutive * interval
+        t = first
+        while t < stop:
+            if t > limit or not self._fill(spec, t, now_ms):
+                return t
+            t += interval
+        return None
+
+    def _fill(self, spec: Extrapolation, t: int, now_ms: int) -> bool:
+        samples = self._samples
+        out: list[float | None] = []
+
+        def extrapolate() -> None:
+            out.append(spec.predict([s[0] for s in samples], [s[1] for s in samples], t))
+
+        # A user-defined method is user code: guarded like a callback (1st, 2nd, 4th ... failure logged).
+        self._call(extrapolate, ())
+        value: float | int | None = out[0] if out else None
+        if value is None:
+            return False
+        if self.variable.type.kind is ValueType.INT:
+            if not _INT64_MIN <= value <= _INT64_MAX:
+                return False
+            value = round(value)
+        prev = self.holder.timestamp_ms if self.holder is not None else None
+        seq = prev is None or missing_between(prev, t, self.interval_ms) == 0
+        holder = Holder(value, t, now_ms, now_ms - t, (), True, seq, False)
+        self.holder = holder
+        self._filled.add(t)
+        self.stats.extrapolated += 1
+        if self.on_event is not None:
+            self._call(self.on_event, (self, holder))
+        return True
 
     def _violate(self, v: Violation) -> None:
         self.stats.violations += 1

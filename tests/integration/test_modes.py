@@ -258,3 +258,74 @@ def test_cli_defines_lists_and_changes_modes(cloud) -> None:  # type: ignore[no-
         (0, "normal", False), (2, "summer", True)]
     bad = cli("change", "winter")
     assert bad.returncode == 2 and "UnknownMode" in bad.stderr + bad.stdout
+
+
+async def test_sdk_subscriber_is_told_and_sees_no_false_violation_across_a_switch(tmp_path: Path) -> None:
+    import asyncio
+
+    from gridstat.client import Holder, Publisher, Subscriber, Subscription, Violation
+    from gridstat.core.model import FLOAT as FLOAT_T
+
+    broker = await asyncio.to_thread(start_broker, "A", str(tmp_path / "A.sqlite"))
+    routers: dict = {}  # type: ignore[type-arg]
+    pub = sub = None
+    try:
+        for name, rid, role in ROUTERS:
+            extra = ("--broker", broker.address) if role == "edge" else ()
+            routers[name] = await asyncio.to_thread(start_router, name, rid, role=role, extra=extra)
+            await asyncio.to_thread(add_router, broker, routers[name], role)
+        for a, b, lat in LINKS:
+            await asyncio.to_thread(add_link, broker, a, b, latency_ms=lat)
+        await asyncio.to_thread(broker.stub.DefineMode, bpb.DefineModeRequest(mode=1, name="contingency"),
+                                timeout=5)
+        got: list[int] = []
+        bad: list[Violation] = []
+        told: list[tuple[str, int, int]] = []
+        pub = await Publisher.connect("pmu1", f"127.0.0.1:{routers['e1'].control_port}")
+        sub = await Subscriber.connect("ems", f"127.0.0.1:{routers['e2'].control_port}")
+        sub.on_mode_change = lambda phase, mode, prev: told.append((phase, mode, prev))
+        handle = await pub.register("freq", FLOAT_T, 10)
+
+        def on_event(s: Subscription, h: Holder) -> None:
+            got.append(h.timestamp_ms)
+
+        s = await sub.subscribe_remote("pmu1/freq", FLOAT_T, interval_ms=0, latency_ms=200, modes={0: 20, 1: 40},
+                                       on_event=on_event, on_violation=lambda _s, v: bad.append(v))
+        assert s.interval_ms == 20 and sub.current_mode == 0
+
+        last = [0]
+
+        async def publish_for(seconds: float) -> None:
+            # Every 10 ms instant exactly once, catching up after a late wake-up: the publisher
+            # itself never leaves a gap, so any gap would be the switch's.
+            end = asyncio.get_running_loop().time() + seconds
+            while asyncio.get_running_loop().time() < end:
+                now = handle.default_ts()
+                ts = last[0] + 10 if last[0] else now
+                while ts <= now:
+                    handle.publish(50.0, ts)
+                    last[0] = ts
+                    ts += 10
+                await asyncio.sleep(0.005)
+
+        await publish_for(0.6)
+        assert got, "no events before the switch"
+        switching = asyncio.create_task(publish_for(1.0))
+        await asyncio.sleep(0.2)
+        reply = await asyncio.to_thread(broker.stub.ChangeMode, bpb.ChangeModeRequest(name="contingency"), timeout=10)
+        assert reply.changed
+        await switching
+        assert told == [("prepare", 1, 0), ("commit", 1, 0)]
+        assert sub.current_mode == 1 and not sub.is_mode_change and s.interval_ms == 40
+        assert bad == [], f"false QoS callbacks across the switch: {bad}"
+        after = [t for t in got if t > got[-1] - 400]
+        assert all(t % 40 == 0 for t in after[-5:]), "the new mode's interval is not applied"
+        assert len(got) == len(set(got))
+    finally:
+        if pub is not None:
+            await pub.stop()
+        if sub is not None:
+            await sub.stop()
+        broker.stop()
+        for r in routers.values():
+            r.stop()

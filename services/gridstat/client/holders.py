@@ -104,6 +104,8 @@ class SubscriptionStats:
     extrapolated: int = 0
     #: Extrapolated values later replaced by the real event of their instant.
     replaced: int = 0
+    #: QoS violations not reported because a mode change was running (6.3.2 requirement 3).
+    suppressed: int = 0
     latency: LatencyRing = field(default_factory=LatencyRing)
 
 

@@ -222,6 +222,8 @@ class EdgeSession:
         self.edge_host, self.edge_port = parse_address(edge_control)
         self.timeout_s = timeout_s
         self.attempts = max(1, attempts)
+        #: The cloud's operating mode as of the last subscriber registration (6.3).
+        self.current_mode = 0
         self.backoff_base_s = backoff_base_s
         if tls is None:
             self._channel = grpc.aio.insecure_channel(edge_control, options=_CHANNEL_OPTIONS)
@@ -266,6 +268,7 @@ class EdgeSession:
         host, port = address
         reply: bpb.RegisterClientReply = await self._call("RegisterClient", bpb.RegisterClientRequest(
             name=name, kind=bpb.CLIENT_KIND_SUBSCRIBER, host=host, port=port, first_time=first_time))
+        self.current_mode = reply.current_mode
         return reply.client_id
 
     async def unregister_publisher(self, name: str) -> int:

@@ -15,8 +15,8 @@ import asyncio
 import contextlib
 import logging
 import socket
-from collections import Counter
-from collections.abc import Callable, Iterable
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +44,7 @@ class SubscriberStats:
     #: Datagrams or events not delivered, by reason (DropReason values, ``unknown_variable``).
     drops: Counter[str] = field(default_factory=Counter)
     callback_errors: int = 0
+    mode_notices: int = 0
 
 
 class Subscriber:
@@ -71,6 +72,12 @@ class Subscriber:
         self._owns_session = False
         #: Broker subscription id of each remote subscription, by variable id.
         self._remote_ids: dict[int, str] = {}
+        #: Operating modes (6.3): the current one, the one a running change goes to, and a
+        #: callback ``on_mode_change(phase, mode, previous)`` with phase prepare, commit or abort.
+        self.current_mode = 0
+        self.next_mode: int | None = None
+        self.on_mode_change: Callable[[str, int, int], None] | None = None
+        self._notices: deque[tuple[int, int]] = deque(maxlen=16)
 
     @classmethod
     async def connect(cls, name: str, edge_control: str, *, tls: TlsFiles | None = None, first_time: bool = True,
@@ -91,6 +98,7 @@ class Subscriber:
                 raise ValidationError(f"broker assigned subscriber id {client_id} outside 1..2**32-1",
                                       field="subscriber_id")
             sub.subscriber_id = client_id
+            sub.current_mode = sess.current_mode
         except BaseException:
             await sub.stop()
             raise
@@ -100,17 +108,25 @@ class Subscriber:
                                redundancy: int = 1, priority: int = PRIORITY_HIGH, mode: int = 0,
                                on_event: EventCallback | None = None, on_violation: ViolationCallback | None = None,
                                extrapolate: Callable[..., Any] | None = None,
-                               extrapolation: ExtrapolationLike | None = None) -> Subscription:
+                               extrapolation: ExtrapolationLike | None = None,
+                               modes: Mapping[int, int] | None = None) -> Subscription:
         """Subscribe through the edge router (the broker admits it and installs the routes), then
         subscribe locally with the variable id and publication interval of the reply. Raises
-        ``SubscriptionRejected`` (``reason``, ``offer``) when the broker refuses."""
+        ``SubscriptionRejected`` (``reason``, ``offer``) when the broker refuses.
+
+        ``modes`` (mode -> interval_ms) subscribes in several operating modes at once, with the same
+        latency, redundancy and priority; ``interval_ms`` and ``mode`` are then ignored."""
         if self.session is None:
             raise ValidationError(f"subscriber {self.name} has no edge session; use Subscriber.connect",
                                   field="session")
         as_extrapolation(extrapolation, type)  # a bad request fails before the broker is asked
         publisher, name = split_variable_name(variable_full_name)
+        wanted = dict(modes) if modes else {mode: interval_ms}
+        if modes:
+            interval_ms = wanted.get(self.current_mode, next(iter(wanted.values())))
         result = await self.session.subscribe(self.name, variable_full_name, type,
-                                              [ModeQoS(mode, interval_ms, latency_ms, redundancy, priority)])
+                                              [ModeQoS(m, i, latency_ms, redundancy, priority)
+                                               for m, i in wanted.items()])
         try:
             if result.pub_interval_ms:
                 var = StatusVariable(publisher, name, type, result.pub_interval_ms, priority,
@@ -125,6 +141,9 @@ class Subscriber:
                 await self.session.unsubscribe(result.subscription_id)
             raise
         self._remote_ids[var.variable_id] = result.subscription_id
+        if modes:
+            sub.mode_intervals = wanted
+            sub.in_mode = self.current_mode in wanted
         return sub
 
     async def unsubscribe_remote(self, sub: Subscription) -> None:
@@ -250,7 +269,10 @@ class Subscriber:
             stats.drops[exc.reason.value] += 1
             return
         if dgram.kind != _KIND_EVENTS:
-            stats.drops["control"] += 1
+            if dgram.mode_notice is not None:
+                self._on_mode_notice(*dgram.mode_notice, now_ms)
+            else:
+                stats.drops["control"] += 1
             return
         subs = self._subs
         for ev in dgram.events:
@@ -260,6 +282,36 @@ class Subscriber:
                 stats.drops[_UNKNOWN_VARIABLE] += 1
                 continue
             sub.handle_event(ev, now_ms)
+
+    # -- operating modes (6.3.2) ---------------------------------------------------------------------
+    def _on_mode_notice(self, phase: int, mode: int, previous: int, change_id: int, now_ms: int) -> None:
+        """newModePreparation / newMode from the edge router; each notice comes twice, once counts."""
+        key = (change_id, phase)
+        if key in self._notices:
+            return
+        self._notices.append(key)
+        if phase == wire.MODE_PREPARE:
+            self.next_mode = mode
+            for sub in self._subs.values():
+                sub.begin_mode_change(mode)
+        else:  # COMMIT, or ABORT with the mode that stays
+            self.current_mode = mode
+            self.next_mode = None
+            for sub in self._subs.values():
+                sub.end_mode_change(mode, now_ms)
+        self.stats.mode_notices += 1
+        if self.on_mode_change is not None:
+            name = {wire.MODE_PREPARE: "prepare", wire.MODE_COMMIT: "commit", wire.MODE_ABORT: "abort"}[phase]
+            try:
+                self.on_mode_change(name, mode, previous)
+            except Exception:
+                self.stats.callback_errors += 1
+                log.exception("subscriber %s: on_mode_change callback failed", self.name)
+
+    @property
+    def is_mode_change(self) -> bool:
+        """True between a change's first and last notice (the dissertation's isModeChange)."""
+        return self.next_mode is not None
 
     # -- QoS monitor ----------------------------------------------------------------------------------
     def tick_ms(self) -> int:

@@ -105,6 +105,12 @@ class Subscription:
         self._half = filtering.half_interval(self.pub_interval_ms)
         #: The next expected timestamp whose deadline has not been reported yet.
         self._expected: int | None = None
+        #: Operating modes (6.3): the interval in each mode of the subscription (None: one mode, as
+        #: given); ``in_mode`` is False while the current mode is not one of them (nothing expected);
+        #: ``suspended`` while a mode change runs, when violations are counted, not reported.
+        self.mode_intervals: dict[int, int] | None = None
+        self.in_mode = True
+        self.suspended = False
 
     @property
     def full_name(self) -> str:
@@ -195,7 +201,7 @@ class Subscription:
         ``expected + latency`` (= last + interval + latency for aligned publishers). One report per
         missed deadline: the expected timestamp moves past every deadline this call reports."""
         expected = self._expected
-        if expected is None or not self.active:
+        if expected is None or not self.active or self.suspended or not self.in_mode:
             return None
         deadline = expected + self.latency_ms
         if now_ms <= deadline:
@@ -260,7 +266,35 @@ class Subscription:
             self._call(self.on_event, (self, holder))
         return True
 
+    # -- operating modes (6.3.2) ---------------------------------------------------------------------
+    def begin_mode_change(self, mode: int) -> None:
+        """Phase 1: a change to ``mode`` is coming. Until it ends, events may arrive at either mode's
+        interval, so the rate filter takes the shorter one, and violations are not reported."""
+        self.suspended = True
+        if self.mode_intervals is not None and mode in self.mode_intervals and self.in_mode:
+            self.interval_ms = min(self.interval_ms, self._rounded(self.mode_intervals[mode]))
+
+    def end_mode_change(self, mode: int, now_ms: int) -> None:
+        """Phase 5 (or an abandoned change, with the mode that stays): apply ``mode``'s interval and
+        expect the next event at its next instant after ``now_ms``."""
+        self.suspended = False
+        if self.mode_intervals is None:
+            return
+        self.in_mode = mode in self.mode_intervals
+        if not self.in_mode:
+            self._expected = None
+            return
+        interval = self.interval_ms = self._rounded(self.mode_intervals[mode])
+        if self._periodic:
+            self._expected = (now_ms // interval + 1) * interval
+
+    def _rounded(self, interval_ms: int) -> int:
+        return filtering.round_down_interval(interval_ms, self.pub_interval_ms)
+
     def _violate(self, v: Violation) -> None:
+        if self.suspended or not self.in_mode:
+            self.stats.suppressed += 1
+            return
         self.stats.violations += 1
         if self.on_violation is not None:
             self._call(self.on_violation, (self, v))

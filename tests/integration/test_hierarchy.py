@@ -134,3 +134,28 @@ def test_inter_cloud_subscription_through_three_levels(tmp_path: Path) -> None:
     finally:
         sink.close()
         other.close()
+
+
+def test_a_mode_change_goes_down_the_tree_one_child_at_a_time(tmp_path: Path) -> None:
+    import grpc
+
+    with hierarchy(tmp_path) as (brokers, routers):
+        root = brokers["R"]
+        root.stub.DefineMode(bpb.DefineModeRequest(mode=3, name="storm"), timeout=20)
+        for b in ("P1", "P2", "A", "B", "C"):  # a parent defines the mode in its whole subtree
+            names = {m.mode: m.name for m in brokers[b].stub.ListModes(bpb.ListModesRequest(), timeout=5).modes}
+            assert names == {0: "normal", 3: "storm"}, b
+        reply = root.stub.ChangeMode(bpb.ChangeModeRequest(name="storm"), timeout=60)
+        assert reply.changed and list(reply.clouds) == ["A", "B", "C"]  # depth first, in order
+        assert {p.cloud for p in reply.phases} == {"A", "B", "C"} and len(reply.phases) == 15
+        for b in ("R", "P1", "P2", "A", "B", "C"):
+            assert brokers[b].stub.ListModes(bpb.ListModesRequest(), timeout=5).current_mode == 3, b
+        for r in routers.values():
+            assert r.stub.ListRoutes(rpb.ListRoutesRequest(), timeout=5).current_mode == 3
+        assert not root.stub.ChangeMode(bpb.ChangeModeRequest(mode=3), timeout=60).changed
+        # A leaf that cannot be reached: the error names the clouds already switched.
+        brokers["C"].stop()
+        with pytest.raises(grpc.RpcError) as err:
+            root.stub.ChangeMode(bpb.ChangeModeRequest(mode=0), timeout=60)
+        assert "clouds already in mode 0: A, B" in (err.value.details() or "")  # type: ignore[attr-defined]
+        assert root.stub.ListModes(bpb.ListModesRequest(), timeout=5).current_mode == 3

@@ -50,6 +50,7 @@ class Cloud:
     name: str
     topology: Topology
     variable_id_base: int
+    router_id_base: int = 0
     farm: dict[str, tuple[int, int]] = field(default_factory=dict)
     broker_port: int = 0
 
@@ -152,7 +153,8 @@ async def _load_cloud(stub: Any, cloud: Cloud, n_subs: int, rng: random.Random, 
     for i, r in enumerate(topo):
         port, control = cloud.farm[r.name]
         await stub.AddRouter(bpb.AddRouterRequest(router=bpb.RouterInfo(
-            name=r.name, role=r.role.value, capacity_eps=int(r.capacity_eps), router_id=cloud.variable_id_base + i + 1,
+            name=r.name, role=r.role.value, capacity_eps=int(r.capacity_eps),
+            router_id=cloud.router_id_base + i + 1,
             control_address=f"127.0.0.1:{control}", event_address=f"127.0.0.1:{port}")), timeout=30)
     seen = set()
     for c in topo.channels.values():
@@ -267,7 +269,7 @@ def _start_farms(clouds: list[Cloud], procs: list[subprocess.Popen[str]]) -> Non
     for cloud in clouds:
         names = [r.name for r in cloud.topology]
         p = _spawn([sys.executable, "-m", "gridstat.bench.farm", "--names", ",".join(names),
-                    "--first-id", str(cloud.variable_id_base + 1)])
+                    "--first-id", str(cloud.router_id_base + 1)])
         procs.append(p)
         for m in _read_until(p, "FARM READY", 120):
             cloud.farm[m.group(1)] = (int(m.group(2)), int(m.group(3)))
@@ -316,7 +318,8 @@ def bench_one_cloud(n_subs: int, n_switches: int, log: Callable[[str], None]) ->
 
 def bench_hierarchy(n_subs: int, n_switches: int, log: Callable[[str], None]) -> dict[str, Any]:
     procs: list[subprocess.Popen[str]] = []
-    clouds = [Cloud("A", _renamed("a", 10, seed=1), 0), Cloud("B", _renamed("b", 10, seed=2), 1_000_000)]
+    clouds = [Cloud("A", _renamed("a", 10, seed=1), 0),
+              Cloud("B", _renamed("b", 10, seed=2), 1_000_000, router_id_base=500)]
     probes = Probes()
     with tempfile.TemporaryDirectory(prefix="gridstat-bench-modes-") as tmp:
         try:

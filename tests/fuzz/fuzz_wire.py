@@ -74,11 +74,13 @@ def _expected_reason(data: bytes) -> str | None:
         if magic == wire.MAGIC and version == wire.WIRE_VERSION and sender != PUB:
             return DropReason.UNKNOWN_SENDER.value
     try:
-        wire.decode_datagram(data)  # anything but DecodeError escapes and is a finding
+        d = wire.decode_datagram(data)  # anything but DecodeError escapes and is a finding
     except DecodeError as exc:
         if not isinstance(exc.reason, DropReason):
             raise AssertionError(f"DecodeError without a DropReason: {exc!r}") from exc
         return exc.reason.value
+    if d.kind == wire.KIND_MODE:  # well formed, but for subscribers: a router counts it bad_kind
+        return DropReason.BAD_KIND.value
     return None
 
 

@@ -48,7 +48,8 @@ def route_key(d: DesiredRoute | pb.Route) -> tuple[str, int, int]:
 
 
 def channel_pb(d: DesiredChannel) -> pb.Channel:
-    return pb.Channel(name=d.name, peer_id=d.peer_id, kind=_KIND[d.kind], host=d.host, port=d.port)
+    return pb.Channel(name=d.name, peer_id=d.peer_id, kind=_KIND[d.kind], host=d.host, port=d.port,
+                      level=d.level, flood_all=d.flood_all)
 
 
 class RouterLink:
@@ -158,6 +159,11 @@ async def reconcile(link: RouterLink, channels: Iterable[DesiredChannel], routes
         ch = have.get(name)
         if ch is None or (ch.peer_id, ch.kind, ch.host, ch.port) != (d.peer_id, _KIND[d.kind], d.host, d.port):
             await stub.AddChannel(pb.AddChannelRequest(channel=channel_pb(d)), timeout=RPC_TIMEOUT_S)
+            changes += 1
+        elif (ch.level or 1, ch.flood_all) != (d.level, d.flood_all):
+            # Flooding attributes change in place: the channel's routes and queued events stay.
+            await stub.UpdateChannel(pb.UpdateChannelRequest(name=name, level=d.level, flood_all=d.flood_all),
+                                     timeout=RPC_TIMEOUT_S)
             changes += 1
     want = {route_key(r): r for r in routes}
     listed = await stub.ListRoutes(pb.ListRoutesRequest(), timeout=RPC_TIMEOUT_S)

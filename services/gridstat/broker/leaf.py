@@ -67,8 +67,10 @@ class LeafBroker(SegmentsMixin, ModesMixin, FloodingMixin, CondensationMixin):
         self.mode_changing = False
         self.mode_change_id = 0
         self.supervisor = RouterSupervisor(self.state, self.links, self.lock, interval_s=supervise_interval_s,
-                                           before_pass=self._expire_before_pass, mode=lambda: self.current_mode)
+                                           before_pass=self._expire_before_pass, mode=lambda: self.current_mode,
+                                           prepare=self._prepare_condensations)
         self.writer = GroupCommit(self.links, persist=self._persist, taken=self.supervisor.postpone)
+        self._init_flooding()
         #: Reserved, not yet committed inter-cloud segments and their deadlines.
         self._pending: dict[str, float] = {}
         self._task: asyncio.Task[None] | None = None
@@ -118,10 +120,12 @@ class LeafBroker(SegmentsMixin, ModesMixin, FloodingMixin, CondensationMixin):
             st.registry.restore(var_from_json(d))
         for d in store.all("subscriptions"):
             st.restore(record_from_json(d))
+        self._load_condensations()
         st.next_client_id = int(store.get_meta("next_client_id") or st.next_client_id)
         st.next_subscription = int(store.get_meta("next_subscription") or st.next_subscription)
         self.current_mode = int(store.get_meta("current_mode") or 0)
         self._load_modes()
+        self._load_flooding()
         if st.subscriptions or st.endpoints:
             log.info("broker %s restored %d routers, %d publications, %d subscriptions", self.name,
                      len(st.endpoints), len(st.registry), len(st.subscriptions))
@@ -213,6 +217,7 @@ class LeafBroker(SegmentsMixin, ModesMixin, FloodingMixin, CondensationMixin):
     async def register_client(self, name: str, kind: str, edge_router: str, host: str = "", port: int = 0,
                               *, first_time: bool = True) -> tuple[int, bool]:
         async with self.lock:
+            self.refuse_condensation_publisher(name, kind)
             st = self.state
             old = st.clients.get((kind, name))
             restarted = False
@@ -243,6 +248,7 @@ class LeafBroker(SegmentsMixin, ModesMixin, FloodingMixin, CondensationMixin):
         if kind == "subscriber":
             for sid in [r.subscription_id for r in st.subscriptions.values() if r.subscriber == name]:
                 await self._unsubscribe_locked(sid)
+            self.forget_flood_all(name)
         else:
             for var in [v for v in st.registry if v.publisher == name]:
                 await self._unregister_publication_locked(var.full_name)

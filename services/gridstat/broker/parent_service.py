@@ -28,6 +28,7 @@ from gridstat.broker.delegation import (
     release_pieces,
     reserve_pieces,
 )
+from gridstat.broker.parent_flooding import ParentFlooding, ParentFloodingServicerMixin
 from gridstat.broker.parent_modes import ParentModes, ParentModesServicerMixin
 from gridstat.broker.parent_store import ParentStore
 from gridstat.broker.rejections import NoFeasiblePath
@@ -56,6 +57,7 @@ class ParentBroker:
         self.version = 0
         self.lock = asyncio.Lock()
         self.modes = ParentModes(name, store, self.peers, self.children)
+        self.flooding = ParentFlooding(self)
         for d in store.all("child"):
             self.children[d["name"]] = pb.ChildBroker(**d)
         for d in store.all("channel"):
@@ -167,6 +169,7 @@ class ParentBroker:
             if not found:
                 raise NotFound(f"cloud {v.broker!r} has no router {router!r}", field="channel")
             info[router] = found[0]
+        level = await self.flooding.height()  # this broker is the channel's LCA: its height is the level
         self.books.add(ch)  # validates (duplicates, bandwidth) before the leaves are touched
         told: list[tuple[str, str, str]] = []
         try:
@@ -176,7 +179,8 @@ class ParentBroker:
                     channel=pb.InterCloudChannel(cloud_a=ca, router_a=ra, cloud_b=cb, router_b=rb,
                                                  bandwidth_bps=c.bandwidth_bps, latency_ms=c.latency_ms,
                                                  router_b_event_address=info[rb].event_address,
-                                                 router_b_id=info[rb].router_id)), timeout=RPC_TIMEOUT_S)
+                                                 router_b_id=info[rb].router_id, level=level)),
+                    timeout=RPC_TIMEOUT_S)
                 told.append((addr, ra, rb))
         except BaseException:
             self.books.remove(c.router_a, c.router_b)
@@ -365,7 +369,7 @@ class ParentBroker:
                                clouds=sorted(self.subtree()))
 
 
-class ParentServicer(ParentModesServicerMixin, pb_grpc.QoSBrokerServicer):
+class ParentServicer(ParentModesServicerMixin, ParentFloodingServicerMixin, pb_grpc.QoSBrokerServicer):
     def __init__(self, broker: ParentBroker) -> None:
         self.broker = broker
 

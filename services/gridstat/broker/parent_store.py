@@ -4,7 +4,8 @@ One table of JSON documents keyed by (kind, key), written through before a comma
 is acknowledged, like the leaf's ``store``. Kinds: ``child``, ``channel`` (registered
 here), ``sub`` (inter-cloud subscriptions admitted here, with their segments),
 ``forwarded`` (subscriptions sent up to this broker's parent) and ``chanres``
-(committed reservations on channels registered here, asked by an ancestor).
+(committed reservations on channels registered here, asked by an ancestor) and ``flooding``
+(flooded variables, ``parent_flooding``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 
 from gridstat.errors import ValidationError
 
-KINDS = ("child", "channel", "sub", "forwarded", "chanres", "mode", "modestate")
+KINDS = ("child", "channel", "sub", "forwarded", "chanres", "mode", "modestate", "flooding")
 
 
 class ParentStore:

@@ -227,7 +227,7 @@ class QoSBrokerServicer(ModesServicerMixin, FloodingServicerMixin, CondensationS
                                       field="channel.router_b_event_address")
             await self.broker.add_foreign_channel(ForeignChannel(
                 c.router_a, c.router_b, c.cloud_b, c.router_b_id, host, int(port), float(c.bandwidth_bps),
-                c.latency_ms))
+                c.latency_ms, level=c.level or 2))
             return pb.TopologyReply(topology_version=self.broker.state.version)
         return await self._run(context, call)
 
@@ -251,7 +251,7 @@ class QoSBrokerServicer(ModesServicerMixin, FloodingServicerMixin, CondensationS
         foreign = [pb.InterCloudChannel(cloud_a=self.broker.name, router_a=f.border_router, cloud_b=f.foreign_cloud,
                                         router_b=f.foreign_router, bandwidth_bps=int(f.bandwidth_bps),
                                         latency_ms=f.latency_ms, router_b_event_address=f"{f.host}:{f.port}",
-                                        router_b_id=f.foreign_id) for f in st.foreign.values()]
+                                        router_b_id=f.foreign_id, level=f.level) for f in st.foreign.values()]
         return pb.TopologyView(broker=self.broker.name, routers=routers, channels=channels,
                                inter_cloud_channels=foreign, topology_version=st.version)
 

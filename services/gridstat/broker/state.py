@@ -25,6 +25,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from gridstat import condensation
 from gridstat.broker import allocation as alloc
 from gridstat.broker.paths import Path, Usable
 from gridstat.broker.resources import SUBSCRIBER_CHANNEL_PREFIX, Reservations
@@ -114,6 +115,8 @@ class ForeignChannel:
     port: int
     bandwidth_bps: float
     latency_ms: float
+    #: Hierarchy level for limited flooding: the height of the broker that registered the channel.
+    level: int = 2
 
 
 @dataclass(frozen=True)
@@ -123,6 +126,8 @@ class DesiredChannel:
     kind: str  # "router" | "subscriber" | "publisher"
     host: str = ""
     port: int = 0
+    level: int = 1
+    flood_all: bool = False
 
 
 @dataclass(frozen=True)
@@ -157,6 +162,8 @@ class CloudState:
     _by_router: dict[str, set[str]] = field(default_factory=dict)
     #: (subscriber, variable) -> subscription id, for the duplicate check (segments excluded).
     _by_subscriber: dict[tuple[str, str], str] = field(default_factory=dict)
+    #: Subscribers with a flood-all subscription (``broker.flooding``): their channel has flood_all set.
+    flood_all: set[str] = field(default_factory=set)
 
     # -- clients and publications ------------------------------------------------------------
     def client(self, kind: str, name: str) -> Client:
@@ -226,7 +233,9 @@ class CloudState:
             raise ValidationError("a mode appears twice in the subscription's QoS", field="qos.mode")
         if subscription_id in self.subscriptions:
             raise DuplicateName(f"subscription {subscription_id!r} exists", field="subscription_id")
-        if exit_channel and (to_router, exit_channel) not in self.foreign:
+        # A condensation function's input ends at its slot, the pseudo channel "cf:<id>" (7.3).
+        if exit_channel and not exit_channel.startswith(condensation.CHANNEL_PREFIX) \
+                and (to_router, exit_channel) not in self.foreign:
             raise NotFound(f"border router {to_router!r} has no inter-cloud channel to {exit_channel!r}",
                            field="next_channel")
         label = f"{to_router}.{exit_channel}" if exit_channel else subscriber
@@ -314,10 +323,11 @@ class CloudState:
             if ep is not None:
                 out[neighbour] = DesiredChannel(neighbour, ep.router_id, "router", ep.event_host, ep.event_port)
         for c in self.clients_at(router):
-            out[c.channel] = DesiredChannel(c.channel, c.client_id, c.kind, c.host, c.port)
+            out[c.channel] = self._client_channel(c)
         for f in self.foreign.values():
             if f.border_router == router:
-                out[f.foreign_router] = DesiredChannel(f.foreign_router, f.foreign_id, "router", f.host, f.port)
+                out[f.foreign_router] = DesiredChannel(f.foreign_router, f.foreign_id, "router", f.host, f.port,
+                                                       level=f.level)
         return sorted(out.values(), key=lambda d: d.name)
 
     def clients_at(self, router: str) -> list[Client]:
@@ -327,8 +337,12 @@ class CloudState:
         """The desired channel of one client (cheap: no scan of the router's neighbours)."""
         for c in self.clients.values():
             if c.channel == name and c.edge_router == router:
-                return DesiredChannel(c.channel, c.client_id, c.kind, c.host, c.port)
+                return self._client_channel(c)
         raise NotFound(f"router {router!r} should have no channel {name!r}", field="channel")
+
+    def _client_channel(self, c: Client) -> DesiredChannel:
+        flood_all = c.kind == "subscriber" and c.name in self.flood_all
+        return DesiredChannel(c.channel, c.client_id, c.kind, c.host, c.port, flood_all=flood_all)
 
     def desired_routes(self, router: str) -> list[DesiredRoute]:
         out: list[DesiredRoute] = []

@@ -23,7 +23,8 @@ from gridstat.core.model import StatusVariable, StructType, TypeSpec, ValueType
 from gridstat.errors import ValidationError
 
 SCHEMA_VERSION = 1
-_TABLES = ("routers", "channels", "foreign_channels", "clients", "publications", "subscriptions")
+_TABLES = ("routers", "channels", "foreign_channels", "clients", "publications", "subscriptions", "condensations",
+           "flooding", "flood_all")
 
 
 def _type_to_json(t: TypeSpec) -> dict[str, Any]:

@@ -27,7 +27,8 @@ log = logging.getLogger(__name__)
 class RouterSupervisor:
     def __init__(self, state: CloudState, links: dict[str, RouterLink], lock: asyncio.Lock, *,
                  interval_s: float, before_pass: Callable[[], Awaitable[None]] | None = None,
-                 mode: Callable[[], int] | None = None) -> None:
+                 mode: Callable[[], int] | None = None,
+                 prepare: Callable[[str, RouterLink], Awaitable[None]] | None = None) -> None:
         self.state = state
         self.links = links
         self.lock = lock
@@ -35,6 +36,12 @@ class RouterSupervisor:
         self.before_pass = before_pass
         #: The cloud's current mode: a rebuilt router is switched to it (dissertation 3.7).
         self.mode = mode
+        #: Called (under the lock) before a router is reconciled: puts back what routes depend on
+        #: but reconcile does not manage (the condensation slots their routes lead to).
+        self.prepare = prepare
+        #: Called (under the lock) after a router is reconciled: puts back more of its desired state
+        #: (the flooding settings, ``broker.flooding``); each returns the number of changes it made.
+        self.on_reconciled: list[Callable[[RouterLink], Awaitable[int]]] = []
         #: Routers rebuilt after a restart since this broker started.
         self.rebuilds = 0
         self._next_check: dict[str, float] = {}
@@ -64,8 +71,12 @@ class RouterSupervisor:
             return
         async with self.lock:
             try:
+                if self.prepare is not None:
+                    await self.prepare(router, link)
                 await installer.reconcile(link, self.state.desired_channels(router),
                                           self.state.desired_routes(router), mode=self._mode())
+                for hook in self.on_reconciled:
+                    await hook(link)
             except GridStatError as exc:
                 log.warning("reconciling %s: %s", router, exc)
             except Exception as exc:  # grpc errors: the next pass retries
@@ -93,8 +104,12 @@ class RouterSupervisor:
             if restarted or not link.up or name in self._dirty:
                 self._dirty.discard(name)
                 try:
+                    if self.prepare is not None:
+                        await self.prepare(name, link)
                     n = await installer.reconcile(link, self.state.desired_channels(name),
                                                   self.state.desired_routes(name), mode=self._mode())
+                    for hook in self.on_reconciled:
+                        n += await hook(link)
                 except Exception as exc:
                     log.warning("rebuilding router %s failed: %s; retrying", name, exc)
                     self._next_check[name] = time.monotonic() + self.interval_s

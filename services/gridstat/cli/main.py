@@ -23,7 +23,11 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "sub": ("gridstat.cli.sub", "subscriptions on the QoS broker: 'gridstat sub add|list|rm'"),
     "topology": ("gridstat.cli.topology", "the QoS broker's topology: 'gridstat topology show'"),
     "mode": ("gridstat.cli.mode", "operating modes: 'gridstat mode list|define|change'"),
+    "flood": ("gridstat.cli.flood", "limited flooding of variables: 'gridstat flood set|remove|list'"),
     "routes": ("gridstat.cli.routes", "a router's route table and channels: 'gridstat routes ROUTER'"),
+    "analyze": ("gridstat.cli.analyze", "capacity model of a broker tree: routing tables, message rates, break-even"),
+    "condense": ("gridstat.cli.condense",
+                 "condensation functions: 'gridstat condense create|list|remove', or 'host' to run one here"),
 }
 
 

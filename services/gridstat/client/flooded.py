@@ -16,6 +16,7 @@ one through).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Iterable
@@ -64,7 +65,7 @@ class FloodedFeed:
         self._dedup: dict[int, DedupWindow] = {}
         self._refresh = refresh
         self._next_refresh_ms = 0
-        self._task: object | None = None
+        self._task: asyncio.Task[None] | None = None
         self.update(variables)
 
     def update(self, variables: Iterable[StatusVariable]) -> None:
@@ -104,6 +105,12 @@ class FloodedFeed:
         self._next_refresh_ms = now_ms + REFRESH_INTERVAL_MS
         with contextlib.suppress(RuntimeError):  # no running loop (a test driving it by hand)
             self._task = create_guarded_task(self._run_refresh(), name=f"{self.owner}-flooded-refresh")
+
+    def close(self) -> None:
+        """Cancel a refresh in flight (the subscriber is stopping)."""
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
 
     async def _run_refresh(self) -> None:
         assert self._refresh is not None

@@ -8,6 +8,7 @@ drive it with explicit timestamps; ``subscription.py`` wires it together.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import deque
 from dataclasses import dataclass, field
@@ -87,6 +88,12 @@ class LatencyRing:
 
     def summary(self) -> dict[str, float | None]:
         return {"p50": self.percentile(50), "p99": self.percentile(99), "p999": self.percentile(99.9)}
+
+    def recent(self, n: int) -> list[int]:
+        """The newest ``n`` samples (fewer if the ring holds fewer), oldest first (telemetry sampling)."""
+        samples = self._samples
+        n = min(n, len(samples))
+        return list(itertools.islice(samples, len(samples) - n, None)) if n > 0 else []
 
 
 @dataclass

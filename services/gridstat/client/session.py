@@ -166,6 +166,15 @@ def result_from_pb(reply: bpb.SubscribeReply) -> SubscribeResult:
         edge_router=sub.edge_router, cloud=sub.cloud)
 
 
+def flooded_variables(reply: bpb.BrokerFloodingReply) -> list[StatusVariable]:
+    """The flooded variables of a flooding reply, once each (a reply lists one entry per mode)."""
+    out: dict[int, StatusVariable] = {}
+    for e in reply.flooding:
+        if e.variable_id not in out and e.publication.type.kind:
+            out[e.variable_id] = variable_from_pb(e.publication)
+    return list(out.values())
+
+
 def _metadata(exc: grpc.aio.AioRpcError) -> dict[str, str]:
     md = exc.trailing_metadata() or ()
     return {str(k): v for k, v in md if isinstance(v, str)}
@@ -335,3 +344,12 @@ class EdgeSession:
         reply: bpb.ListSubscriptionsReply = await self._call("ListSubscriptions", bpb.ListSubscriptionsRequest(
             subscriber=subscriber))
         return [result_from_pb(s) for s in reply.subscriptions if s.admitted]
+
+    # -- flooding -----------------------------------------------------------------------------------
+    async def set_flood_all(self, subscriber: str, enabled: bool = True) -> list[StatusVariable]:
+        """Turn the subscriber's flood-all subscription on or off (dissertation 5.1); returns the
+        variables flooded in its cloud now, with the ids and types that decode their events."""
+        check_name(subscriber, what="subscriber")
+        reply: bpb.BrokerFloodingReply = await self._call("SetFloodAll", bpb.SetFloodAllRequest(
+            subscriber=subscriber, enabled=enabled))
+        return flooded_variables(reply)

@@ -27,6 +27,7 @@ from gridstat.core.tls import TlsFiles
 from gridstat.errors import DuplicateName, GridStatError, ValidationError
 
 from .extrapolation import ExtrapolationLike, as_extrapolation
+from .flooded import FloodedCallback, FloodedFeed
 from .session import EdgeSession, ModeQoS
 from .snapshot import SnapshotCallback, SnapshotGroup
 from .subscription import EventCallback, Subscription, ViolationCallback
@@ -72,6 +73,8 @@ class Subscriber:
         self._owns_session = False
         #: Broker subscription id of each remote subscription, by variable id.
         self._remote_ids: dict[int, str] = {}
+        #: The flood-all subscription (``subscribe_flooded``), if any.
+        self.flooded: FloodedFeed | None = None
         #: Operating modes (6.3): the current one, the one a running change goes to, and a
         #: callback ``on_mode_change(phase, mode, previous)`` with phase prepare, commit or abort.
         self.current_mode = 0
@@ -153,6 +156,28 @@ class Subscriber:
             await self.session.unsubscribe(sid)
         self._forget(sub)
 
+    async def subscribe_flooded(self, on_event: FloodedCallback | None = None) -> FloodedFeed:
+        """A flood-all subscription (dissertation 5.1): every variable flooded in the cloud is
+        delivered without subscribing to it, to ``on_event(variable, holder)`` and the feed's holders."""
+        session = self.session
+        if session is None:
+            raise ValidationError(f"subscriber {self.name} has no edge session; use Subscriber.connect",
+                                  field="session")
+        variables = await session.set_flood_all(self.name, True)
+        if self.flooded is not None:
+            self.flooded.close()
+        self.flooded = FloodedFeed(self.name, variables, on_event=on_event,
+                                   refresh=lambda: session.set_flood_all(self.name, True))
+        return self.flooded
+
+    async def unsubscribe_flooded(self) -> None:
+        """End the flood-all subscription; flooded variables it does not subscribe to stop arriving."""
+        if self.session is not None:
+            await self.session.set_flood_all(self.name, False)
+        if self.flooded is not None:
+            self.flooded.close()
+            self.flooded = None
+
     # -- lifecycle ----------------------------------------------------------------------------------
     @property
     def address(self) -> tuple[str, int]:
@@ -184,6 +209,8 @@ class Subscriber:
             self._state = "stopped"
             return
         self._state = "stopped"
+        if self.flooded is not None:
+            self.flooded.close()
         if self._monitor is not None:
             self._monitor.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -279,7 +306,8 @@ class Subscriber:
             stats.events += 1
             sub = subs.get(ev.variable_id)
             if sub is None:
-                stats.drops[_UNKNOWN_VARIABLE] += 1
+                if self.flooded is None or not self.flooded.handle(ev, now_ms):
+                    stats.drops[_UNKNOWN_VARIABLE] += 1
                 continue
             sub.handle_event(ev, now_ms)
 

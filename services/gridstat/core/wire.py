@@ -101,6 +101,10 @@ class DropReason(enum.Enum):
     UNKNOWN_SENDER = "unknown_sender"
     UNKNOWN_VARIABLE = "unknown_variable"
     FUTURE_TIMESTAMP = "future_timestamp"
+    #: A later copy of a flooded event: only the first copy per timestamp is flooded (5.3.2).
+    FLOOD_DUPLICATE = "flood_duplicate"
+    #: A flooded event stamped too far ahead of the router's clock (the forged-timestamp attack).
+    FLOOD_CLOCK = "flood_clock"
     QUEUE_FULL = "queue_full"
     LINK_DOWN = "link_down"
     SEND_ERROR = "send_error"
@@ -297,6 +301,12 @@ def pack_events(
 
 # -- decoding ---------------------------------------------------------------
 
+def is_mode_notice(data: bytes | bytearray | memoryview, nbytes: int, count: int, tag_len: int) -> bool:
+    """Whether a datagram of kind ``KIND_MODE`` is well formed (the one rule for every receiver)."""
+    return (count == 0 and tag_len == 0 and nbytes == HEADER_SIZE + MODE_BODY.size
+            and data[HEADER_SIZE] in (MODE_PREPARE, MODE_COMMIT, MODE_ABORT))
+
+
 def check_header(data: bytes | bytearray | memoryview, nbytes: int) -> tuple[int, int, int, int, int]:
     """Validate a datagram header; returns (kind, sender_id, sequence, count, body_end)."""
     if nbytes < HEADER_SIZE:
@@ -324,12 +334,9 @@ def check_header(data: bytes | bytearray | memoryview, nbytes: int) -> tuple[int
                               "ping/pong must carry exactly one u64, no events and no tag")
         body_end = nbytes
     elif kind == KIND_MODE:
-        if count != 0 or tag_len != 0 or nbytes != HEADER_SIZE + MODE_BODY.size:
-            raise DecodeError(DropReason.MALFORMED,
-                              "mode notice must carry exactly a 16-byte body, no events and no tag")
-        phase = data[HEADER_SIZE]
-        if phase not in (MODE_PREPARE, MODE_COMMIT, MODE_ABORT):
-            raise DecodeError(DropReason.MALFORMED, f"mode notice phase {phase} is unknown")
+        if not is_mode_notice(data, nbytes, count, tag_len):
+            raise DecodeError(DropReason.MALFORMED, "mode notice must carry exactly a 16-byte body with a known "
+                                                    "phase, no events and no tag")
         body_end = nbytes
     else:
         raise DecodeError(DropReason.BAD_KIND, f"unknown datagram kind {kind}")

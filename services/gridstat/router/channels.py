@@ -76,6 +76,7 @@ class EventChannel:
         mtu: int = wire.DEFAULT_MTU,
         capacity: int = 4096,
         level: int = 1,
+        flood_all: bool = False,
     ) -> None:
         if not name:
             raise ValidationError("channel name must not be empty", field="name")
@@ -88,6 +89,8 @@ class EventChannel:
             raise ValidationError(f"queue capacity must be at least 1, got {capacity}", field="capacity")
         if address is not None and not 0 < address[1] < 65536:
             raise ValidationError(f"port {address[1]} is outside 1..65535", field="port")
+        if level < 1:
+            raise ValidationError(f"channel level {level} must be at least 1 (1 = same cloud)", field="level")
         self.name = name
         self.peer_id = peer_id
         self.kind = kind
@@ -95,7 +98,10 @@ class EventChannel:
         self.sender_id = sender_id
         self.mtu = mtu
         self.capacity = capacity
+        #: Hierarchy level of the link (1 = same cloud); limited flooding floods levels 1..L.
         self.level = level
+        #: Subscriber channels: deliver every flooded variable (a flood-all subscription).
+        self.flood_all = flood_all
         self.queues = tuple(PriorityQueue(self, p) for p in PRIORITIES)
         self.stats = ChannelStats()
         self.sequence = 0

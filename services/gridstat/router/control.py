@@ -18,8 +18,10 @@ from gridstat.core import rpc
 from gridstat.core.tls import TlsFiles
 from gridstat.errors import GridStatError, ValidationError
 from gridstat.router.channels import ChannelKind, EventChannel
+from gridstat.router.condensation import setup_from_message
 from gridstat.router.process import RouteInstall, StatusRouter
 from gridstat.router.tables import Route
+from gridstat.v1 import condensation_pb2 as cpb
 from gridstat.v1 import router_pb2 as pb
 from gridstat.v1 import router_pb2_grpc as pb_grpc
 
@@ -65,9 +67,15 @@ class RouterControlServicer(pb_grpc.RouterControlServicer):
                                       field="channel.kind")
             address = (c.host, c.port) if c.host else None
             self.router.add_channel(c.name, peer_id=c.peer_id, kind=kind, address=address, mtu=c.mtu,
-                                    capacity=c.capacity, level=c.level or 1)
+                                    capacity=c.capacity, level=c.level or 1, flood_all=c.flood_all)
             return pb.AddChannelReply(table_version=self.router.table.table_version)
 
+        return await _guard(context, call)
+
+    async def UpdateChannel(self, request: pb.UpdateChannelRequest, context: Any) -> pb.AddChannelReply:
+        def call() -> pb.AddChannelReply:
+            self.router.update_channel(request.name, level=request.level, flood_all=request.flood_all)
+            return pb.AddChannelReply(table_version=self.router.table.table_version)
         return await _guard(context, call)
 
     async def RemoveChannel(self, request: pb.RemoveChannelRequest, context: Any) -> pb.RemoveChannelReply:
@@ -138,20 +146,48 @@ class RouterControlServicer(pb_grpc.RouterControlServicer):
     async def ListRoutes(self, request: pb.ListRoutesRequest, context: Any) -> pb.ListRoutesReply:
         table = self.router.table
         routes = [route_to_pb(r, table.pub_interval(r.variable_id)) for r in table.routes()]
+        flooding = [pb.SetFloodingRequest(variable_id=e.variable_id, pub_interval_ms=e.pub_interval_ms,
+                                          level=e.level, modes=e.modes, alert=e.alert)
+                    for e in self.router.flooding.entries()]
         return pb.ListRoutesReply(routes=routes, current_mode=table.current_mode,
-                                  table_version=table.table_version)
+                                  table_version=table.table_version, flooding=flooding)
 
     async def ListChannels(self, request: pb.ListChannelsRequest, context: Any) -> pb.ListChannelsReply:
         return pb.ListChannelsReply(channels=[
             pb.Channel(name=ch.name, peer_id=ch.peer_id, kind=_KIND_CODES[ch.kind],
                        host=ch.address[0] if ch.address else "", port=ch.address[1] if ch.address else 0,
-                       mtu=ch.mtu, capacity=ch.capacity, level=ch.level, up=ch.up, rtt_ms=ch.rtt_ms)
+                       mtu=ch.mtu, capacity=ch.capacity, level=ch.level, up=ch.up, rtt_ms=ch.rtt_ms,
+                       flood_all=ch.flood_all)
             for ch in self.router.channels.values()])
+
+    async def SetFlooding(self, request: pb.SetFloodingRequest, context: Any) -> pb.RouterFloodingReply:
+        def call() -> pb.RouterFloodingReply:
+            self.router.flooding.set(request.variable_id, pub_interval_ms=request.pub_interval_ms,
+                                     level=request.level, modes=request.modes, alert=request.alert)
+            return pb.RouterFloodingReply(table_version=self.router.table.table_version)
+        return await _guard(context, call)
+
+    async def RemoveFlooding(self, request: pb.RemoveFloodingRequest, context: Any) -> pb.RouterFloodingReply:
+        def call() -> pb.RouterFloodingReply:
+            self.router.flooding.remove(request.variable_id, request.modes)
+            return pb.RouterFloodingReply(table_version=self.router.table.table_version)
+        return await _guard(context, call)
 
     async def GetStats(self, request: pb.GetStatsRequest, context: Any) -> pb.RouterStats:
         s = self.router.stats()
         channels = [pb.ChannelStats(**c) for c in s.pop("channels")]
-        return pb.RouterStats(channels=channels, **s)
+        condensations = [cpb.CondensationStatus(**c) for c in s.pop("condensations", ())]
+        return pb.RouterStats(channels=channels, condensations=condensations, **s)
+
+    async def SetupCondensation(self, request: cpb.CondensationSetup, context: Any) -> pb.SetupCondensationReply:
+        def call() -> pb.SetupCondensationReply:
+            channel = self.router.condensations.setup(setup_from_message(request))
+            return pb.SetupCondensationReply(channel=channel, table_version=self.router.table.table_version)
+        return await _guard(context, call)
+
+    async def TerminateCondensation(self, request: pb.TerminateCondensationRequest,
+                                    context: Any) -> pb.TerminateCondensationReply:
+        return pb.TerminateCondensationReply(existed=self.router.condensations.terminate(request.function_id))
 
     async def Health(self, request: pb.HealthRequest, context: Any) -> pb.HealthReply:
         r = self.router

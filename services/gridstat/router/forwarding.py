@@ -9,6 +9,11 @@ of the datagram to each chosen channel's priority queue. The slice is shared by
 every channel it goes to: multicast costs one reference per extra channel, no
 copy (dissertation 3.3's buffer-wrapper cost does not arise).
 
+A flooded variable (``router.flooding``) costs the other variables one attribute
+test per event: its compiled entry carries a flood plan, which floods the first copy
+of each event within the flooding scope before the entry's remaining routes (the
+channels above the scope) are walked as usual.
+
 No logging, no exceptions escaping, no blocking: malformed input is counted in
 ``drops`` by reason and the rest of the datagram is skipped; events before the
 fault in the same datagram have already been forwarded (they were well formed).
@@ -94,8 +99,10 @@ class Forwarder:
                     self.on_control(kind, channel, data)
             elif kind in (wire.KIND_PING, wire.KIND_PONG):
                 self.drops[_R_MALFORMED] += 1
+            elif kind == wire.KIND_MODE and not wire.is_mode_notice(data, nbytes, count, tag_len):
+                self.drops[_R_MALFORMED] += 1  # the reason the decoder gives a subscriber
             else:
-                self.drops[_R_KIND] += 1
+                self.drops[_R_KIND] += 1  # mode notices are for subscribers; a router takes none
             return
         if tag_len > _MAX_TAG_LEN or count == 0:
             self.drops[_R_MALFORMED] += 1
@@ -132,9 +139,18 @@ class Forwarder:
                 continue
             ev = data[off:end]
             off = end
+            flood = entry.flood
+            if flood is not None:
+                # Limited flooding (router.flooding): the first copy goes to every channel in scope
+                # but the one it came from; later copies stop here, counted by the plan.
+                n = flood.forward(ev, ts, channel, now_ms)
+                if n < 0:
+                    continue
+                sent = n > 0
+            else:
+                sent = False
             shifted = ts + entry.half
             pub = entry.pub
-            sent = False
             if close:
                 for target, elements in entry.close:
                     for s in elements:

@@ -41,6 +41,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--failure-timeout-ms", type=int, default=500)
     p.add_argument("--future-tolerance-ms", type=int, default=5000,
                    help="drop events stamped further than this ahead of the router's clock")
+    p.add_argument("--flood-tolerance-ms", type=int, default=500,
+                   help="limited flooding: drop a flooded event stamped further than this ahead of the router's "
+                        "clock (flood_clock), so a forged timestamp cannot block the variable")
+    p.add_argument("--flood-reset-ms", type=int, default=1000,
+                   help="limited flooding: how often last-flooded timestamps ahead of the clock are reset")
     p.add_argument("--tls-cert", default="", help="PEM certificate: serve the control API over TLS only")
     p.add_argument("--tls-key", default="", help="PEM private key of --tls-cert")
     p.add_argument("--tls-client-ca", default="", help="PEM CA: require client certificates it signed (mTLS)")
@@ -64,6 +69,7 @@ async def _run(args: argparse.Namespace) -> None:
         host=args.host, port=args.port, mtu=args.mtu, queue_capacity=args.queue_capacity,
         ping_interval_ms=args.ping_interval_ms, failure_timeout_ms=args.failure_timeout_ms,
         future_tolerance_ms=args.future_tolerance_ms, drain_batch=args.drain_batch,
+        flood_tolerance_ms=args.flood_tolerance_ms, flood_reset_ms=args.flood_reset_ms,
     )
     tls = None
     if args.tls_cert or args.tls_key:

@@ -29,7 +29,9 @@ from gridstat.core import wire
 from gridstat.core.aio import create_guarded_task
 from gridstat.core.wire import DropReason
 from gridstat.errors import DuplicateName, NotFound, ValidationError
+from gridstat.router import flooding
 from gridstat.router.channels import ChannelKind, EventChannel
+from gridstat.router.condensation import CondensationSlots
 from gridstat.router.forwarding import Forwarder
 from gridstat.router.tables import MODE_SLOTS, Route, RoutingTable, Target, Variant
 
@@ -66,6 +68,10 @@ class RouterConfig:
     ping_interval_ms: int = 100
     failure_timeout_ms: int = 500
     future_tolerance_ms: int = 5_000
+    #: Limited flooding: a flooded event may be stamped at most this far ahead of the router's clock,
+    #: and every flood_reset_ms the last-flooded timestamps are brought back to the clock.
+    flood_tolerance_ms: int = flooding.DEFAULT_TOLERANCE_MS
+    flood_reset_ms: int = flooding.DEFAULT_RESET_INTERVAL_MS
     socket_buffer_bytes: int = 4 * 1024 * 1024
     drain_batch: int = 256
 
@@ -112,6 +118,12 @@ class StatusRouter:
         self.table = RoutingTable(config.variant, self._resolve)
         self.forwarder = Forwarder(self.table, future_tolerance_ms=config.future_tolerance_ms)
         self.forwarder.on_control = self._on_control
+        #: Condensation functions in slots of this router, routed to as channels "cf:<id>".
+        self.condensations = CondensationSlots(config.name, self.forwarder, self.flush, self.table)
+        self.flooding = flooding.FloodTable(self.table, self.channels, drops=self.forwarder.drops,
+                                            tolerance_ms=config.flood_tolerance_ms,
+                                            reset_interval_ms=config.flood_reset_ms)
+        self.table.flooding = self.flooding
         self.link_listeners: list[LinkListener] = []
         self.drops: Counter[str] = self.forwarder.drops
         self._out: list[EventChannel] = []
@@ -159,6 +171,7 @@ class StatusRouter:
             self._closed = True
             return
         self._closed = True
+        self.condensations.close()
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:
@@ -249,6 +262,7 @@ class StatusRouter:
             now_ms = time.time_ns() // 1_000_000
             if self._staged:
                 self.expire_staged()
+            self.flooding.tick(now_ms)
             for ch in list(self.channels.values()):
                 if ch.kind is not ChannelKind.ROUTER or ch.address is None:
                     continue
@@ -276,6 +290,9 @@ class StatusRouter:
     def _resolve(self, channel: str, priority: int) -> Target:
         ch = self.channels.get(channel)
         if ch is None:
+            slot = self.condensations.get(channel)
+            if slot is not None:
+                return slot
             raise NotFound(f"router {self.config.name} has no channel {channel!r}", field="channel")
         return ch.queue(priority)
 
@@ -289,6 +306,7 @@ class StatusRouter:
         mtu: int = 0,
         capacity: int = 0,
         level: int = 1,
+        flood_all: bool = False,
     ) -> EventChannel:
         if name in self.channels:
             raise DuplicateName(f"router {self.config.name} already has channel {name!r}", field="name")
@@ -299,12 +317,24 @@ class StatusRouter:
             raise ValidationError(f"a {kind.value} channel needs a host and port", field="host")
         ch = EventChannel(name=name, peer_id=peer_id, kind=kind, address=address,
                           sender_id=self.config.router_id, mtu=mtu or self.config.mtu,
-                          capacity=capacity or self.config.queue_capacity, level=level)
+                          capacity=capacity or self.config.queue_capacity, level=level, flood_all=flood_all)
         ch.last_heard_ms = time.time_ns() // 1_000_000  # a grace period before the first ping is due
         self.channels[name] = ch
         self.forwarder.by_sender[peer_id] = ch
         if address is not None:
             self._out.append(ch)
+        self.flooding.channels_changed()
+        return ch
+
+    def update_channel(self, name: str, *, level: int, flood_all: bool) -> EventChannel:
+        """Change a channel's flooding attributes in place; its routes and queued events stay."""
+        ch = self.channels.get(name)
+        if ch is None:
+            raise NotFound(f"router {self.config.name} has no channel {name!r}", field="name")
+        if level < 1:
+            raise ValidationError(f"channel level {level} must be at least 1 (1 = same cloud)", field="level")
+        ch.level, ch.flood_all = level, flood_all
+        self.flooding.channels_changed()
         return ch
 
     def remove_channel(self, name: str) -> list[Route]:
@@ -317,6 +347,7 @@ class StatusRouter:
         if ch in self._out:
             self._out.remove(ch)
         self._blocked.discard(ch)
+        self.flooding.channels_changed()
         return removed
 
     def install_routes(self, installs: Iterable[RouteInstall]) -> list[Route]:
@@ -329,7 +360,7 @@ class StatusRouter:
         seen: dict[int, int] = {}
         for inst in batch:
             r = inst.route
-            if r.channel not in self.channels:
+            if r.channel not in self.channels and r.channel not in self.condensations:
                 raise NotFound(f"route {r.route_id!r}: router {self.config.name} has no channel {r.channel!r}",
                                field="channel")
             if inst.pub_interval_ms <= 0:
@@ -443,9 +474,11 @@ class StatusRouter:
             "events_forwarded": fw.events_forwarded,
             "events_filtered": fw.events_filtered,
             "drops": dict(fw.drops),
+            "flooded_variables": self.flooding.flooded_variables(),
             "cpu_seconds": times.user + times.system,
             "uptime_s": self.uptime_s(),
             "boot_id": self.boot_id,
+            "condensations": self.condensations.statuses(),
             "channels": [
                 {
                     "name": ch.name, "up": ch.up, "events_in": ch.stats.events_in,

@@ -189,6 +189,11 @@ class EdgeProxyServicer(epb_grpc.EdgeProxyServicer):
         reply: bpb.ListSubscriptionsReply = await self._relay("ListSubscriptions", request, context)
         return reply
 
+    async def SetFloodAll(self, request: bpb.SetFloodAllRequest, context: Any) -> bpb.BrokerFloodingReply:
+        """A flood-all subscription (dissertation 5.1): the broker sets the flag of the subscriber's channel."""
+        reply: bpb.BrokerFloodingReply = await self._relay("SetFloodAll", request, context)
+        return reply
+
 
 def _peer_host(context: Any) -> str:
     """The client's IP from the gRPC peer string (``ipv4:1.2.3.4:5``, ``ipv6:[::1]:5``), or ''."""

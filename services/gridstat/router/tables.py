@@ -27,11 +27,14 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from gridstat.core import filtering
 from gridstat.core.model import MAX_MODES, PRIORITIES, PRIORITY_ALERT, TEMPORARY_MODE_SLOT
 from gridstat.errors import NotFound, ValidationError
+
+if TYPE_CHECKING:
+    from gridstat.router.flooding import FloodPlan, FloodTable
 
 MODE_SLOTS = MAX_MODES + 1  # sixteen modes and the temporary slot of edge routers
 
@@ -89,18 +92,24 @@ class Route:
 
 
 class CompiledEntry:
-    """What the forwarding loop reads for one variable in one mode."""
+    """What the forwarding loop reads for one variable in one mode.
 
-    __slots__ = ("close", "full_mask", "half", "pub", "sparse_holders", "sparse_targets")
+    ``flood`` is None unless the variable is flooded in that mode (``router.flooding``); then the
+    close and sparse structures hold only the routes on channels outside the flooding scope.
+    """
+
+    __slots__ = ("close", "flood", "full_mask", "half", "pub", "sparse_holders", "sparse_targets")
 
     def __init__(self, pub: int, close: tuple[tuple[Target, tuple[int, ...]], ...],
-                 sparse_holders: tuple[tuple[int, int], ...], sparse_targets: tuple[Target, ...]) -> None:
+                 sparse_holders: tuple[tuple[int, int], ...], sparse_targets: tuple[Target, ...],
+                 flood: FloodPlan | None = None) -> None:
         self.pub = pub
         self.half = filtering.half_interval(pub)
         self.close = close
         self.sparse_holders = sparse_holders
         self.sparse_targets = sparse_targets
         self.full_mask = (1 << len(sparse_targets)) - 1
+        self.flood = flood
 
 
 def select_close(entry: CompiledEntry, ts_ms: int) -> list[Target]:
@@ -151,6 +160,8 @@ class RoutingTable:
         self.table_version = 0
         #: The mode the temporary slot was filled from (phase 2 of a mode change).
         self._temporary_from = 0
+        #: Limited flooding settings (``router.flooding``), asked at every compile; None = no flooding.
+        self.flooding: FloodTable | None = None
 
     # -- changes ------------------------------------------------------------
     def install(self, route: Route, *, pub_interval_ms: int, alert: bool = False) -> Route:
@@ -247,6 +258,13 @@ class RoutingTable:
             for mode in range(MODE_SLOTS):
                 if vr.modes[mode]:
                     self._recompile(var_id, mode)
+        if self.flooding is not None:
+            for var_id, mode in self.flooding.flooded():
+                self._recompile(var_id, mode)
+
+    def refresh(self, variable_id: int, mode: int) -> None:
+        """Recompile one (variable, mode), e.g. after its flooding changed."""
+        self._recompile(variable_id, mode)
 
     # -- reading ------------------------------------------------------------
     def routes(self) -> Iterator[Route]:
@@ -286,18 +304,22 @@ class RoutingTable:
         compiled = self._compiled[mode]
         vr = self._vars.get(variable_id)
         routes = vr.modes[mode] if vr is not None else {}
-        if not routes or vr is None:
+        flood = None
+        if self.flooding is not None:
+            flood = self.flooding.plan(variable_id, mode, {r.channel for r in routes.values()})
+        if flood is None and (not routes or vr is None):
             compiled.pop(variable_id, None)
             return
         by_channel: dict[str, list[Route]] = {}
         for r in routes.values():
-            by_channel.setdefault(r.channel, []).append(r)
+            if flood is None or r.channel not in flood.channels:  # flooded channels get every event
+                by_channel.setdefault(r.channel, []).append(r)
         targets: list[Target] = []
         elements: list[tuple[int, ...]] = []
         for channel in sorted(by_channel):
             rs = by_channel[channel]
             # Alerts bypass FIFO: an alert variable uses the alert queue of every channel.
-            priority = PRIORITY_ALERT if vr.alert else min(r.priority for r in rs)
+            priority = PRIORITY_ALERT if vr is not None and vr.alert else min(r.priority for r in rs)
             targets.append(self._resolve(channel, priority))
             elements.append(filtering.smallest_non_multiples(r.sub_interval_ms for r in rs))
         close = tuple(zip(targets, elements, strict=True))
@@ -306,7 +328,12 @@ class RoutingTable:
             for s in elems:
                 masks[s] = masks.get(s, 0) | (1 << i)
         sparse = tuple(sorted(masks.items()))
-        compiled[variable_id] = CompiledEntry(vr.pub_interval_ms, close, sparse, tuple(targets))
+        if vr is not None:
+            pub = vr.pub_interval_ms
+        else:  # flooded here without any route
+            assert self.flooding is not None
+            pub = self.flooding.pub_interval(variable_id, mode)[0]
+        compiled[variable_id] = CompiledEntry(pub, close, sparse, tuple(targets), flood)
 
 
 __all__ = ["MODE_SLOTS", "TEMPORARY_MODE_SLOT", "CompiledEntry", "Route", "RoutingTable", "Target",

@@ -228,12 +228,18 @@ class CondensationSetup(_message.Message):
     OUTPUT_PUB_INTERVAL_MS_FIELD_NUMBER: _builtins.int
     OUTPUT_ALERT_FIELD_NUMBER: _builtins.int
     OUTPUT_PRIORITY_FIELD_NUMBER: _builtins.int
+    OUTPUT_SENDER_ID_FIELD_NUMBER: _builtins.int
     function_id: _builtins.str
     creator: _builtins.str
     output_variable_id: _builtins.int
     output_pub_interval_ms: _builtins.int
     output_alert: _builtins.bool
     output_priority: _builtins.int
+    output_sender_id: _builtins.int
+    """Sender id the output enters the host router's forwarding with: the peer id of the inbound
+    channel of the output's publisher ("pub:<publisher>", opened by the leaf broker), so that
+    rate filtering and multicast apply to it as to any publisher's events.
+    """
     @_builtins.property
     def inputs(self) -> _containers.RepeatedCompositeFieldContainer[Global___CondensationInput]: ...
     @_builtins.property
@@ -249,10 +255,11 @@ class CondensationSetup(_message.Message):
         output_pub_interval_ms: _builtins.int = ...,
         output_alert: _builtins.bool = ...,
         output_priority: _builtins.int = ...,
+        output_sender_id: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["spec", b"spec"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["creator", b"creator", "function_id", b"function_id", "inputs", b"inputs", "output_alert", b"output_alert", "output_priority", b"output_priority", "output_pub_interval_ms", b"output_pub_interval_ms", "output_variable_id", b"output_variable_id", "spec", b"spec"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["creator", b"creator", "function_id", b"function_id", "inputs", b"inputs", "output_alert", b"output_alert", "output_priority", b"output_priority", "output_pub_interval_ms", b"output_pub_interval_ms", "output_sender_id", b"output_sender_id", "output_variable_id", b"output_variable_id", "spec", b"spec"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -188,6 +188,32 @@ class RemoveChannelRequest(_message.Message):
 Global___RemoveChannelRequest: _TypeAlias = RemoveChannelRequest  # noqa: Y015
 
 @_typing.final
+class UpdateChannelRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    LEVEL_FIELD_NUMBER: _builtins.int
+    FLOOD_ALL_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    level: _builtins.int
+    """1.. (1 = same cloud)"""
+    flood_all: _builtins.bool
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        level: _builtins.int = ...,
+        flood_all: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["flood_all", b"flood_all", "level", b"level", "name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UpdateChannelRequest: _TypeAlias = UpdateChannelRequest  # noqa: Y015
+
+@_typing.final
 class RemoveChannelReply(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -584,20 +610,26 @@ class ListRoutesReply(_message.Message):
     ROUTES_FIELD_NUMBER: _builtins.int
     CURRENT_MODE_FIELD_NUMBER: _builtins.int
     TABLE_VERSION_FIELD_NUMBER: _builtins.int
+    FLOODING_FIELD_NUMBER: _builtins.int
     current_mode: _builtins.int
     table_version: _builtins.int
     @_builtins.property
     def routes(self) -> _containers.RepeatedCompositeFieldContainer[Global___Route]: ...
+    @_builtins.property
+    def flooding(self) -> _containers.RepeatedCompositeFieldContainer[Global___SetFloodingRequest]:
+        """flooding settings, one per (variable, level)"""
+
     def __init__(
         self,
         *,
         routes: _abc.Iterable[Global___Route] | None = ...,
         current_mode: _builtins.int = ...,
         table_version: _builtins.int = ...,
+        flooding: _abc.Iterable[Global___SetFloodingRequest] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["current_mode", b"current_mode", "routes", b"routes", "table_version", b"table_version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["current_mode", b"current_mode", "flooding", b"flooding", "routes", b"routes", "table_version", b"table_version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

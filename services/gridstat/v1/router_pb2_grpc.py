@@ -45,6 +45,11 @@ class RouterControlStub:
                 request_serializer=gridstat_dot_v1_dot_router__pb2.RemoveChannelRequest.SerializeToString,
                 response_deserializer=gridstat_dot_v1_dot_router__pb2.RemoveChannelReply.FromString,
                 _registered_method=True)
+        self.UpdateChannel = channel.unary_unary(
+                '/gridstat.v1.RouterControl/UpdateChannel',
+                request_serializer=gridstat_dot_v1_dot_router__pb2.UpdateChannelRequest.SerializeToString,
+                response_deserializer=gridstat_dot_v1_dot_router__pb2.AddChannelReply.FromString,
+                _registered_method=True)
         self.InstallRoutes = channel.unary_unary(
                 '/gridstat.v1.RouterControl/InstallRoutes',
                 request_serializer=gridstat_dot_v1_dot_router__pb2.InstallRoutesRequest.SerializeToString,
@@ -149,6 +154,14 @@ class RouterControlServicer:
 
     def RemoveChannel(self, request, context):
         """Close a channel; the routes that used it are removed with it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateChannel(self, request, context):
+        """Change a channel's flooding attributes (level, flood_all) in place: its routes and queues stay,
+        so turning a flood-all subscription on or off never interrupts the channel's other streams.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -293,6 +306,11 @@ def add_RouterControlServicer_to_server(servicer, server):
                     servicer.RemoveChannel,
                     request_deserializer=gridstat_dot_v1_dot_router__pb2.RemoveChannelRequest.FromString,
                     response_serializer=gridstat_dot_v1_dot_router__pb2.RemoveChannelReply.SerializeToString,
+            ),
+            'UpdateChannel': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateChannel,
+                    request_deserializer=gridstat_dot_v1_dot_router__pb2.UpdateChannelRequest.FromString,
+                    response_serializer=gridstat_dot_v1_dot_router__pb2.AddChannelReply.SerializeToString,
             ),
             'InstallRoutes': grpc.unary_unary_rpc_method_handler(
                     servicer.InstallRoutes,
@@ -439,6 +457,33 @@ class RouterControl:
             '/gridstat.v1.RouterControl/RemoveChannel',
             gridstat_dot_v1_dot_router__pb2.RemoveChannelRequest.SerializeToString,
             gridstat_dot_v1_dot_router__pb2.RemoveChannelReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateChannel(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gridstat.v1.RouterControl/UpdateChannel',
+            gridstat_dot_v1_dot_router__pb2.UpdateChannelRequest.SerializeToString,
+            gridstat_dot_v1_dot_router__pb2.AddChannelReply.FromString,
             options,
             channel_credentials,
             insecure,

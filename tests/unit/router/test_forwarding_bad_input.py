@@ -109,6 +109,7 @@ def expected_reason(data: bytes, known_senders: set[int]) -> str | None:
 
 _valueless = wire.EVENT_HEAD.pack(NOW, 1, 0, 0, wire.MAX_VALUE_LEN + 1)
 _ping = wire.encode_ping(wire.KIND_PING, PUB, 0, 123)
+_notice = wire.encode_mode_notice(PUB, 0, phase=wire.MODE_PREPARE, mode=1, previous_mode=0, change_id=1)
 
 MALFORMED: dict[str, tuple[bytes, DropReason]] = {
     "empty": (b"", DropReason.TRUNCATED),
@@ -140,7 +141,17 @@ MALFORMED: dict[str, tuple[bytes, DropReason]] = {
     "ping with tag": (with_header(_ping + b"TAG!", tag_len=4), DropReason.MALFORMED),
     "pong without body": (wire.encode_header(wire.KIND_PONG, PUB, 0, 0), DropReason.MALFORMED),
     "unknown sender": (dgram(sender=PUB + 1), DropReason.UNKNOWN_SENDER),
+    "mode notice too short": (_notice[:-1], DropReason.MALFORMED),
+    "mode notice bad phase": (_notice[:16] + b"\x09" + _notice[17:], DropReason.MALFORMED),
+    "mode notice with count": (with_header(_notice, count=1), DropReason.MALFORMED),
 }
+
+
+def test_a_well_formed_mode_notice_is_for_subscribers_and_a_router_counts_it_bad_kind() -> None:
+    rig = Rig()
+    rig.fw.process(_notice, NOW)
+    assert datagram_drops(rig.fw) == Counter({DropReason.BAD_KIND.value: 1})
+    assert rig.control == []
 
 
 @pytest.mark.parametrize("variant", list(Variant))

@@ -6,14 +6,17 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 python=${GRIDSTAT_PYTHON:-python3}
 stamp=.venv/.gridstat-setup
-want=$(cat services/pyproject.toml services/constraints.txt | sha256sum | cut -c1-16)
+want=$(cat services/pyproject.toml services/constraints.txt operator/pyproject.toml | sha256sum | cut -c1-16)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
 echo "== setup: installing gridstat and its tools into .venv" >&2
 [ -x .venv/bin/python ] || "$python" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/pip install -q -c services/constraints.txt -e "services[dev]"
+# [spark]: pyspark for spark/ and its tests (PyPI serves a ~450 MB sdist; pip caches the wheel it builds).
+.venv/bin/pip install -q -c services/constraints.txt -e "services[dev,spark]"
+# The Kubernetes operator (operator/, distribution gridstat-operator: kopf) beside it.
+.venv/bin/pip install -q -c services/constraints.txt -e operator
 # atheris (coverage-guided fuzzing) is optional: it needs a compiler; hypothesis covers the parsers without it.
 .venv/bin/pip install -q -c services/constraints.txt atheris >/dev/null 2>&1 \
   || echo "setup: atheris did not install; the atheris fuzz run will be skipped (hypothesis still runs)" >&2

@@ -4,7 +4,8 @@ Contract checked for every input:
 
 * ``wire.decode_datagram`` raises nothing but ``DecodeError``;
 * ``Forwarder.process`` raises nothing at all, counts at most one datagram-level drop, and that
-  drop has the reason the decoder gives (or ``unknown_sender``);
+  drop has the reason the decoder gives (or ``unknown_sender``); a well-formed shed notice (kind 5)
+  is decoded by both and counted by neither;
 * the forwarder's counters stay consistent:
   ``events_in == forwarded + filtered + unknown_variable + future_timestamp``.
 
@@ -120,6 +121,9 @@ def seeds() -> list[bytes]:
         wire.encode_datagram(PUB, 4, [ev(2, 30, b"\x01" * 40, flags=0xFC, opts=1)] * 5),
         wire.encode_ping(wire.KIND_PING, PUB, 0, 123456789),
         wire.encode_ping(wire.KIND_PONG, PUB, 0, 1),
+        # A shed notice (kind 5): a router relays it, a subscriber decodes it; both call the same rule.
+        *wire.encode_shed_notices(PUB, 0, reason=wire.SHED_LINK_OVERLOAD, action=wire.SHED_ACTION_DROPPED,
+                                  entries=[(1, 3), (2, 0)]),
     ]
     return out
 

@@ -4,7 +4,9 @@
 load and hop scalability beside the dissertation's Chapter 8); about 4-5
 minutes, ``--quick`` under a minute. ``tables``: the routing-table forwarding
 path in-process (ns/event by variant, channels and distinct intervals).
-Both print Markdown and, with ``--write PATH``, replace their section of
+``shapes``: the dissertation's multicast-with-filtering and condensation
+experiments on trees of router processes (4-7 minutes, ``--quick`` under 2).
+Each prints Markdown and, with ``--write PATH``, replaces its section of
 ``docs/benchmarks.md`` (the default for full runs; ``--no-write`` to skip).
 """
 
@@ -14,6 +16,8 @@ import argparse
 import sys
 import time
 from pathlib import Path
+
+from gridstat.bench import granularity
 
 DEFAULT_DOC = "docs/benchmarks.md"
 
@@ -52,6 +56,28 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     m.add_argument("--switches", type=int, default=0, help="switches per set-up (default 20)")
     m.add_argument("--no-hierarchy", action="store_true", help="one cloud only")
     _write_args(m)
+    granularity.add_parsers(sub, _write_args)
+    s = sub.add_parser("shapes", help="the dissertation's multicast-with-filtering and condensation experiments "
+                                      "(Tables 8.28-8.32, 8.37-8.47): shapes beside its figures")
+    s.add_argument("--quick", action="store_true", help="one load each, one repetition, 1.5 s trials (< 2 min)")
+    s.add_argument("--reps", type=int, default=0, help="repetitions (default 3, quick 1)")
+    s.add_argument("--duration", type=float, default=0.0, help="seconds per trial (default 3, quick 1.5)")
+    s.add_argument("--filter-rates", default="", metavar="EV/S,...",
+                   help="offered loads of the filtering experiment (default 250000,500000; quick 500000)")
+    s.add_argument("--cond-rates", default="", metavar="EV/S,...",
+                   help="offered loads of the condensation experiment (default 250000,500000,750000; quick 500000)")
+    s.add_argument("--only", choices=["filtering", "condensation"], default=None, help="run one experiment")
+    _write_args(s)
+    o = sub.add_parser("overload", help="HAPS's link failure: a 100 kbit/s link failing over to 1 kbit/s, shaped in "
+                                        "software; latency and revenue per dropping strategy (about 1.5 min)")
+    o.add_argument("--quick", action="store_true", help="shorter phases (about 45 s)")
+    _write_args(o)
+    k = sub.add_parser("telemetry", help="telemetry export on vs off: router throughput and CPU per event; Kafka "
+                                         "ingest rate through one exporter (starts a local Kafka; ~3 min)")
+    k.add_argument("--quick", action="store_true", help="one repetition, default sampling only (~1 min)")
+    k.add_argument("--reps", type=int, default=0, help="repetitions (default 3, quick 1)")
+    k.add_argument("--kafka", default=None, metavar="HOST:PORT", help="use this Kafka instead of starting one")
+    _write_args(k)
 
 
 def _write_args(p: argparse.ArgumentParser) -> None:
@@ -73,6 +99,8 @@ def run(args: argparse.Namespace) -> int:
 
     facts = report.machine_facts()
     target = _target(args)
+    if args.bench in ("analysis", "granularity"):
+        return granularity.run(args, target=target, facts=facts, log=_log)
     if args.bench == "tables":
         from gridstat.bench.tables import run_tables
 
@@ -115,6 +143,47 @@ def run(args: argparse.Namespace) -> int:
             report.write_section(target, "modes", body)
             _log(f"wrote {target}")
         return 0
+    if args.bench == "telemetry":
+        from gridstat.bench import telemetry
+
+        res = telemetry.run_telemetry_bench(quick=args.quick, reps=args.reps or (1 if args.quick else 3),
+                                            kafka=args.kafka, log=_log)
+        body = telemetry.telemetry_report(res, facts)
+        print(body)
+        if target is not None:
+            report.write_section(target, "telemetry", body)
+            _log(f"wrote {target}")
+        return 0
+    if args.bench == "overload":
+        from gridstat.bench import overload
+
+        t0 = time.monotonic()
+        runs = overload.run_overload(quick=args.quick, log=_log)
+        body = overload.report(runs, report.facts_md(facts), time.monotonic() - t0)
+        print(body)
+        if target is not None:
+            report.write_section(target, "overload", body)
+            _log(f"wrote {target}")
+        return 0
+    if args.bench == "shapes":
+        from gridstat.bench import shapes
+
+        def rates(text: str, default: tuple[int, ...]) -> list[int]:
+            return [int(x) for x in text.split(",") if x.strip()] if text else list(default)
+
+        body, cond_ok = shapes.run_shapes(
+            quick=args.quick, reps=args.reps or (1 if args.quick else 3),
+            filter_rates=rates(args.filter_rates, shapes.QUICK_FILTER_RATES if args.quick else shapes.FILTER_RATES),
+            cond_rates=rates(args.cond_rates, shapes.QUICK_COND_RATES if args.quick else shapes.COND_RATES),
+            duration=args.duration or (1.5 if args.quick else 3.0), only=args.only,
+            facts_line=report.facts_md(facts), log=_log)
+        print(body)
+        if target is not None:
+            report.write_section(target, "shapes", body)
+            _log(f"wrote {target}")
+        if not cond_ok:
+            _log("condensation experiment did not run: see its section")
+        return 0 if cond_ok else 1
     from gridstat.bench.router import run_router_bench
 
     reps = args.reps or (1 if args.quick else 3)

@@ -7,19 +7,23 @@ it through to SQLite (``store``) before answering. If the routers cannot take a
 change, the state change is undone, so nothing is ever half-installed.
 
 Around it: ``supervisor`` watches the routers and rebuilds restarted ones from the
-state; ``segments`` holds the leaf's side of inter-cloud paths.
+state; ``segments`` holds the leaf's side of inter-cloud paths; ``consulting`` asks
+the admission controller, when one is configured, before a reservation is kept.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
+from collections import OrderedDict
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from gridstat.broker import installer
 from gridstat.broker.condensing import CondensationMixin
+from gridstat.broker.consulting import AdmissionLink, advertised_rate
 from gridstat.broker.flooding import FloodingMixin
 from gridstat.broker.groupcommit import GroupCommit
 from gridstat.broker.installer import RouterChange, RouterLink
@@ -35,7 +39,7 @@ from gridstat.broker.state import (
     RouterEndpoint,
     SubscriptionRecord,
 )
-from gridstat.broker.store import BrokerStore, record_from_json, var_from_json
+from gridstat.broker.store import BrokerStore, record_from_json, var_from_json, var_to_json
 from gridstat.broker.supervisor import RouterSupervisor
 from gridstat.broker.topology import RouterRole
 from gridstat.core.aio import create_guarded_task
@@ -45,6 +49,7 @@ from gridstat.errors import GridStatError, NotFound, TypeMismatch, Unauthorized,
 
 if TYPE_CHECKING:
     from gridstat.broker.delegation import UpLink
+    from gridstat.v1.broker_pb2 import AdmissionNote
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +82,15 @@ class LeafBroker(SegmentsMixin, ModesMixin, FloodingMixin, CondensationMixin):
         self._started = self._closed = False
         #: The parent broker inter-cloud subscriptions are delegated to (``--parent``), if any.
         self.uplink: UpLink | None = None
+        #: The admission controller consulted before a reservation is kept (``--admission``), if any.
+        self.admission: AdmissionLink | None = None
+        #: Advertised maximum rates (events/s) by variable name, where a publisher declared one.
+        self.max_rates: dict[str, float] = {}
+        #: Bumped when publications or the topology change: the admission link re-declares them.
+        self.adverts_version = 0
+        self.resources_version = 0
+        #: The controller's note for each subscription admitted lately, until the reply takes it.
+        self.admission_notes: OrderedDict[str, AdmissionNote] = OrderedDict()
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
@@ -98,6 +112,8 @@ class LeafBroker(SegmentsMixin, ModesMixin, FloodingMixin, CondensationMixin):
             await link.close()
         if self.uplink is not None:
             await self.uplink.close()
+        if self.admission is not None:
+            await self.admission.close()
         self.store.close()
 
     def _load(self) -> None:
@@ -117,7 +133,9 @@ class LeafBroker(SegmentsMixin, ModesMixin, FloodingMixin, CondensationMixin):
             f = ForeignChannel(**d)
             st.foreign[(f.border_router, f.foreign_router)] = f
         for d in store.all("publications"):
-            st.registry.restore(var_from_json(d))
+            var = st.registry.restore(var_from_json(d))
+            if d.get("max_rate_eps"):
+                self.max_rates[var.full_name] = float(d["max_rate_eps"])
         for d in store.all("subscriptions"):
             st.restore(record_from_json(d))
         self._load_condensations()
@@ -149,6 +167,7 @@ class LeafBroker(SegmentsMixin, ModesMixin, FloodingMixin, CondensationMixin):
             self.links[ep.name] = RouterLink(ep, self.tls)
             # Not used for paths until the supervisor has reached it and opened its channels.
             self.state.down.add(ep.name)
+            self.resources_version += 1
             with self.store.transaction():
                 self.store.put_router(ep, role.value, capacity_eps)
         await self.supervisor.check(ep.name)
@@ -162,6 +181,7 @@ class LeafBroker(SegmentsMixin, ModesMixin, FloodingMixin, CondensationMixin):
                                       field="name")
             removed = self.state.topology.remove_router(name)
             self.state.endpoints.pop(name, None)
+            self.resources_version += 1
             link = self.links.pop(name, None)
             with self.store.transaction():
                 self.store.delete("routers", name)
@@ -186,6 +206,7 @@ class LeafBroker(SegmentsMixin, ModesMixin, FloodingMixin, CondensationMixin):
                     raise ValidationError(f"routers {src!r} -> {dst!r} are already joined", field="channel")
             added = [topo.add_channel(src, dst, bandwidth_bps=bandwidth_bps, latency_ms=latency_ms,
                                       event_capacity_eps=capacity_eps) for src, dst in pairs]
+            self.resources_version += 1
             with self.store.transaction():
                 for ch in added:
                     self.store.put("channels", ch.name, {"name": ch.name, "src": ch.src, "dst": ch.dst,
@@ -210,6 +231,7 @@ class LeafBroker(SegmentsMixin, ModesMixin, FloodingMixin, CondensationMixin):
                 for n in names:
                     topo.remove_channel(n)
                     self.store.delete("channels", n)
+            self.resources_version += 1
         await self.supervisor.reconcile_now(a)
         await self.supervisor.reconcile_now(b)
 
@@ -267,17 +289,42 @@ class LeafBroker(SegmentsMixin, ModesMixin, FloodingMixin, CondensationMixin):
 
     async def register_publication(self, publisher: str, variable: str, type_spec: TypeSpec, *, interval_ms: int,
                                    priority: int, alert: bool = False, min_interval_ms: int = 0,
-                                   edge_router: str) -> StatusVariable:
+                                   edge_router: str, max_rate_eps: float | None = None) -> StatusVariable:
+        """Register a publication; ``max_rate_eps`` is its advertised maximum rate (default: its interval's)."""
         async with self.lock:
             client = self.state.client("publisher", publisher)
             if client.edge_router != edge_router:
                 raise Unauthorized(f"publisher {publisher!r} is registered at {client.edge_router!r}, not "
                                    f"{edge_router!r}", field="edge_router")
+            if max_rate_eps is not None:  # a negative or absurd rate is refused before anything changes
+                advertised_rate(StatusVariable(publisher, variable, type_spec, interval_ms, priority, alert,
+                                               min_interval_ms), max_rate_eps)
             var = self.state.registry.register(publisher, variable, type_spec, interval_ms=interval_ms,
                                                priority=priority, alert=alert, min_interval_ms=min_interval_ms)
+            doc = var_to_json(var)
+            if max_rate_eps is not None:
+                self.max_rates[var.full_name] = doc["max_rate_eps"] = advertised_rate(var, max_rate_eps)
+            else:
+                self.max_rates.pop(var.full_name, None)
             with self.store.transaction():
-                self.store.put_publication(var)
-            return var
+                self.store.put("publications", var.full_name, doc)
+            self.adverts_version += 1
+        self._sync_admission()
+        return var
+
+    def _sync_admission(self) -> None:
+        """Tell the admission controller of a publication change now (it is also told before each request)."""
+        link = self.admission
+        if link is None:
+            return
+
+        async def sync() -> None:
+            try:
+                await link.sync(self)
+            except Exception as exc:  # told again before the next request
+                log.info("admission controller %s not updated now: %s", link.address, exc)
+
+        create_guarded_task(sync(), name=f"broker-{self.name}-advertise")
 
     async def unregister_publication(self, full_name: str) -> int:
         async with self.lock:
@@ -289,8 +336,11 @@ class LeafBroker(SegmentsMixin, ModesMixin, FloodingMixin, CondensationMixin):
         for sid in sids:
             await self._unsubscribe_locked(sid)
         self.state.registry.unregister(full_name)
+        self.max_rates.pop(full_name, None)
         with self.store.transaction():
             self.store.delete("publications", full_name)
+        self.adverts_version += 1
+        self._sync_admission()
         return len(sids)
 
     # -- subscriptions -----------------------------------------------------------------------
@@ -311,6 +361,22 @@ class LeafBroker(SegmentsMixin, ModesMixin, FloodingMixin, CondensationMixin):
                                    f"{edge_router!r}", field="edge_router")
             sid = subscription_id or st.new_subscription_id()
             record = st.admit(sid, subscriber, var, qos, edge_router)
+        # With an admission controller the reservation is tentative until it agrees (``consulting``):
+        # refused, it is undone here and the refusal carries the controller's reasons.
+        if self.admission is not None:
+            try:
+                consulted = await self.admission.consult(self, record)
+            except GridStatError:
+                async with self.lock:
+                    st.remove(sid)
+                raise
+            if consulted.partial:  # only part of the rate is guaranteed: best-effort routes
+                async with self.lock:
+                    record = dataclasses.replace(record, best_effort=True)
+                    st.subscriptions[sid] = record
+            self.admission_notes[sid] = consulted.note
+            while len(self.admission_notes) > 1024:
+                self.admission_notes.popitem(last=False)
         # The decision and its reservation are made under the lock; the routers are written
         # outside it, so that many installs can be in flight at once (a failure undoes the
         # reservation, and the supervisor's reconciliation never adds what the state lacks).
@@ -319,6 +385,9 @@ class LeafBroker(SegmentsMixin, ModesMixin, FloodingMixin, CondensationMixin):
         except GridStatError:
             async with self.lock:
                 st.remove(sid)
+            self.admission_notes.pop(sid, None)
+            if self.admission is not None:
+                await self.admission.release(self.name, sid)
             raise
         return record
 
@@ -339,6 +408,8 @@ class LeafBroker(SegmentsMixin, ModesMixin, FloodingMixin, CondensationMixin):
 
     async def _unsubscribe_locked(self, subscription_id: str) -> int:
         record = self.state.remove(subscription_id)
+        if self.admission is not None and not record.segment:
+            await self.admission.release(self.name, subscription_id)
         changes = self._changes(record, install=False)
         up = {n: c for n, c in changes.items() if n not in self.state.down}
         try:

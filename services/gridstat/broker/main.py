@@ -26,6 +26,7 @@ from gridstat.broker.store import BrokerStore
 from gridstat.core.aio import exit_with_parent, install_fast_loop
 from gridstat.core.tls import TlsFiles
 from gridstat.errors import ValidationError
+from gridstat.telemetry import roles as telemetry
 from gridstat.v1 import broker_pb2_grpc as pb_grpc
 
 
@@ -39,6 +40,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--role", choices=("leaf", "parent"), default="leaf",
                    help="leaf: owns a cloud of routers; parent: an interior QoS broker of the hierarchy")
     p.add_argument("--parent", default="", help="HOST:PORT of the parent QoS broker (inter-cloud subscriptions)")
+    p.add_argument("--admission", default="", metavar="HOST:PORT",
+                   help="leaf: the admission controller consulted before a reservation is kept; when it cannot be "
+                        "reached the broker's own reservation check decides and the reply says so")
+    p.add_argument("--admission-deadline-ms", type=int, default=2000, help="deadline of each call to the controller")
+    p.add_argument("--admission-tls-ca", default="", help="PEM CA of the controller's certificate: TLS to it")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=7700, help="gRPC port (0 = any)")
     p.add_argument("--state", default="", help="SQLite file of the durable state "
@@ -52,6 +58,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--router-tls-ca", default="", help="CA of the routers' control API certificates")
     p.add_argument("--exit-with-parent", action="store_true")
     p.add_argument("--log-level", default="WARNING")
+    telemetry.add_arguments(p)
 
 
 async def serve(broker: LeafBroker, host: str, port: int, tls: TlsFiles | None = None) -> tuple[grpc.aio.Server, int]:
@@ -80,17 +87,22 @@ async def _run_parent(args: argparse.Namespace) -> None:
     if port == 0:
         raise ValidationError(f"cannot bind {args.host}:{args.port}", field="port")
     await server.start()
+    tel = telemetry.for_parent_broker(broker, args)
+    await tel.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    print(f"READY name={args.name} port={port}", flush=True)
+    print(f"READY name={args.name} port={port}{tel.ready_suffix()}", flush=True)
     await stop.wait()
     await server.stop(grace=1.0)
+    await tel.stop()
     await broker.stop()
 
 
 async def _run(args: argparse.Namespace) -> None:
+    if args.role == "parent" and args.admission:
+        raise ValidationError("--admission is for leaf brokers: they reserve in their routers", field="admission")
     if args.role == "parent":
         await _run_parent(args)
         return
@@ -103,7 +115,15 @@ async def _run(args: argparse.Namespace) -> None:
         from gridstat.broker.delegation import UpLink
 
         broker.uplink = UpLink(args.parent)
+    if args.admission:
+        from gridstat.broker.consulting import AdmissionLink
+
+        admission_tls = TlsFiles(args.tls_cert, args.tls_key, args.admission_tls_ca) if args.admission_tls_ca else None
+        broker.admission = AdmissionLink(args.admission, tls=admission_tls,
+                                         deadline_s=args.admission_deadline_ms / 1000)
     await broker.start()
+    tel = telemetry.for_leaf_broker(broker, args)  # records decisions and mode changes; /metrics
+    await tel.start()
     # Long-lived objects (topology, reservations) would be rescanned by every full collection:
     # freeze them so admission latency has no 100 ms GC pauses (measured in docs/benchmarks.md).
     gc.freeze()
@@ -112,9 +132,10 @@ async def _run(args: argparse.Namespace) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    print(f"READY name={args.name} port={port}", flush=True)
+    print(f"READY name={args.name} port={port}{tel.ready_suffix()}", flush=True)
     await stop.wait()
     await server.stop(grace=1.0)
+    await tel.stop()
     await broker.stop()
 
 

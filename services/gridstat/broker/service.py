@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from gridstat.broker.condensing_service import CondensationServicerMixin
+from gridstat.broker.consulting import ControllerRejected
 from gridstat.broker.flooding_service import FloodingServicerMixin
 from gridstat.broker.leaf import LeafBroker
 from gridstat.broker.modes_service import ModesServicerMixin
@@ -35,7 +36,7 @@ from gridstat.v1 import broker_pb2_grpc as pb_grpc
 
 T = TypeVar("T")
 ADMISSION_ERRORS = (NoFeasiblePath, LatencyUnattainable, CapacityExceeded, UnknownVariable, TypeMismatch,
-                    Unauthorized, ChannelUnavailable)
+                    Unauthorized, ChannelUnavailable, ControllerRejected)
 _KIND = {pb.CLIENT_KIND_PUBLISHER: "publisher", pb.CLIENT_KIND_SUBSCRIBER: "subscriber"}
 
 
@@ -53,7 +54,8 @@ def rejection(exc: GridStatError) -> pb.Rejection:
 
 
 def qos_from_pb(m: pb.ModeQoS) -> ModeQoS:
-    return ModeQoS(m.mode, m.interval_ms, float(m.latency_ms), m.redundancy or 1, m.priority or 1)
+    return ModeQoS(m.mode, m.interval_ms, float(m.latency_ms), m.redundancy or 1, m.priority or 1,
+                   m.price if m.HasField("price") else 1.0, m.best_effort)
 
 
 def record_to_reply(broker: LeafBroker, r: SubscriptionRecord) -> pb.SubscribeReply:
@@ -64,7 +66,8 @@ def record_to_reply(broker: LeafBroker, r: SubscriptionRecord) -> pb.SubscribeRe
     sub = pb.Subscription(subscription_id=r.subscription_id, subscriber=r.subscriber, variable=r.variable,
                           type=vtype, edge_router=r.edge_router, cloud=broker.name,
                           qos=[pb.ModeQoS(mode=q.mode, interval_ms=q.interval_ms, latency_ms=int(q.latency_ms),
-                                          redundancy=q.redundancy, priority=q.priority) for q in r.qos])
+                                          redundancy=q.redundancy, priority=q.priority, price=q.price,
+                                          best_effort=q.best_effort or r.best_effort) for q in r.qos])
     allocations = [pb.Allocation(mode=mode, paths=[pb.Path(routers=list(p.routers), latency_ms=p.latency_ms,
                                                            redundant_index=i) for i, p in enumerate(paths)])
                    for mode, paths in r.paths]
@@ -110,17 +113,22 @@ class QoSBrokerServicer(ModesServicerMixin, FloodingServicerMixin, CondensationS
                 raise ValidationError("a publication needs a value type", field="publication.type.kind")
             var = await self.broker.register_publication(
                 p.publisher, p.variable, t, interval_ms=p.interval_ms, priority=p.priority or 1, alert=p.alert,
-                min_interval_ms=p.min_interval_ms, edge_router=p.edge_router)
+                min_interval_ms=p.min_interval_ms, edge_router=p.edge_router,
+                max_rate_eps=p.max_rate_eps if p.HasField("max_rate_eps") else None)
             return pb.RegisterPublicationReply(publication=self._publication(var.full_name))
         return await self._run(context, call)
 
     def _publication(self, full_name: str) -> pb.Publication:
         v = self.broker.state.registry.lookup(full_name)
         edge = self.broker.state.clients.get(("publisher", v.publisher))
-        return pb.Publication(publisher=v.publisher, variable=v.name, type=type_to_pb(v.type),
-                              interval_ms=v.interval_ms, priority=v.priority, alert=v.alert,
-                              min_interval_ms=v.min_interval_ms, variable_id=v.variable_id,
-                              edge_router=edge.edge_router if edge else "")
+        out = pb.Publication(publisher=v.publisher, variable=v.name, type=type_to_pb(v.type),
+                             interval_ms=v.interval_ms, priority=v.priority, alert=v.alert,
+                             min_interval_ms=v.min_interval_ms, variable_id=v.variable_id,
+                             edge_router=edge.edge_router if edge else "")
+        rate = self.broker.max_rates.get(full_name)
+        if rate is not None:
+            out.max_rate_eps = rate
+        return out
 
     async def UnregisterPublication(self, request: pb.UnregisterPublicationRequest,
                                     context: Any) -> pb.UnregisterPublicationReply:
@@ -146,9 +154,15 @@ class QoSBrokerServicer(ModesServicerMixin, FloodingServicerMixin, CondensationS
                     return await self.broker.uplink.subscribe(self.broker, s)
                 except ADMISSION_ERRORS as up_exc:
                     return pb.SubscribeReply(admitted=False, subscription=s, rejection=rejection(up_exc))
+            except ControllerRejected as exc:
+                return pb.SubscribeReply(admitted=False, subscription=s, rejection=rejection(exc), admission=exc.note)
             except ADMISSION_ERRORS as exc:
                 return pb.SubscribeReply(admitted=False, subscription=s, rejection=rejection(exc))
-            return record_to_reply(self.broker, record)
+            reply = record_to_reply(self.broker, record)
+            note = self.broker.admission_notes.pop(record.subscription_id, None)
+            if note is not None:
+                reply.admission.CopyFrom(note)
+            return reply
         return await self._run(context, call)
 
     async def Unsubscribe(self, request: pb.UnsubscribeRequest, context: Any) -> pb.UnsubscribeReply:
@@ -282,7 +296,8 @@ class SegmentsServicer(pb_grpc.SegmentsServicer):
             k = request.key
             q = request.qos
             budget = request.latency_budget_ms or q.latency_ms
-            qos = ModeQoS(k.mode, q.interval_ms, float(budget), 1, q.priority or 1)
+            qos = ModeQoS(k.mode, q.interval_ms, float(budget), 1, q.priority or 1,
+                          q.price if q.HasField("price") else 1.0, q.best_effort)
             try:
                 record = await self.broker.reserve_segment(
                     segment_id(k.subscription_id, k.mode, k.redundant_index), kind, from_router=request.from_router,

@@ -21,6 +21,7 @@ and reconciling after a broker restart are the same operation.
 from __future__ import annotations
 
 import itertools
+import math
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -34,6 +35,8 @@ from gridstat.core.model import MAX_MODES, StatusVariable, VariableRegistry
 from gridstat.errors import DuplicateName, GridStatError, NotFound, Unauthorized, ValidationError
 
 PUBLISHER_CHANNEL_PREFIX = "pub:"
+#: The largest price a subscription may declare (the routers' bound, router.tables.MAX_PRICE).
+MAX_PRICE = 1e9
 #: Client ids start here so that they never collide with router ids (sender ids share one space).
 FIRST_CLIENT_ID = 1_000_000
 
@@ -69,6 +72,10 @@ class ModeQoS:
     latency_ms: float
     redundancy: int = 1
     priority: int = 1
+    #: What one delivered event is worth (HAPS maxprice): routers under overload shed low values first.
+    price: float = 1.0
+    #: No guarantee wanted: the routes are shed before every guaranteed stream.
+    best_effort: bool = False
 
     def __post_init__(self) -> None:
         if not 0 <= self.mode < MAX_MODES:
@@ -81,6 +88,8 @@ class ModeQoS:
             raise ValidationError(f"redundancy must be 1..8, got {self.redundancy}", field="qos.redundancy")
         if not 0 <= self.priority <= 6:
             raise ValidationError(f"priority must be 0..6, got {self.priority}", field="qos.priority")
+        if not math.isfinite(self.price) or not 0 <= self.price <= MAX_PRICE:
+            raise ValidationError(f"price must be within 0..{MAX_PRICE:g}, got {self.price}", field="qos.price")
 
 
 @dataclass(frozen=True)
@@ -101,6 +110,9 @@ class SubscriptionRecord:
     #: router instead of a subscriber channel ("" = deliver to ``subscriber``).
     exit_channel: str = ""
     segment: bool = False
+    #: Admitted by the admission controller with only part of its rate guaranteed (percentage policy):
+    #: its routes are best effort, shed before guaranteed ones (docs/admission.md).
+    best_effort: bool = False
 
 
 @dataclass(frozen=True)
@@ -141,6 +153,8 @@ class DesiredRoute:
     pub_interval_ms: int
     alert: bool
     version: int
+    price: float = 1.0
+    best_effort: bool = False
 
 
 @dataclass
@@ -362,5 +376,6 @@ class CloudState:
                     channel = hops[i + 1] if i + 1 < len(hops) else last
                     out.append((router, DesiredRoute(f"{record.subscription_id}/{index}", record.variable_id, mode,
                                                      channel, interval, q.priority, record.pub_interval_ms,
-                                                     record.alert, record.version)))
+                                                     record.alert, record.version, q.price,
+                                                     q.best_effort or record.best_effort)))
         return out

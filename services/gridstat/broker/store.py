@@ -58,10 +58,11 @@ def record_to_json(r: SubscriptionRecord) -> dict[str, Any]:
         "variable_id": r.variable_id, "pub_interval_ms": r.pub_interval_ms, "alert": r.alert,
         "edge_router": r.edge_router, "publisher_router": r.publisher_router,
         "qos": [{"mode": q.mode, "interval_ms": q.interval_ms, "latency_ms": q.latency_ms,
-                 "redundancy": q.redundancy, "priority": q.priority} for q in r.qos],
+                 "redundancy": q.redundancy, "priority": q.priority, "price": q.price, "best_effort": q.best_effort}
+                for q in r.qos],
         "paths": [[mode, [{"routers": list(p.routers), "latency_ms": p.latency_ms} for p in paths]]
                   for mode, paths in r.paths],
-        "version": r.version, "exit_channel": r.exit_channel, "segment": r.segment,
+        "version": r.version, "exit_channel": r.exit_channel, "segment": r.segment, "best_effort": r.best_effort,
     }
 
 
@@ -70,7 +71,7 @@ def record_from_json(d: dict[str, Any]) -> SubscriptionRecord:
         d["subscription_id"], d["subscriber"], d["variable"], d["variable_id"], d["pub_interval_ms"], d["alert"],
         d["edge_router"], d["publisher_router"], tuple(ModeQoS(**q) for q in d["qos"]),
         tuple((mode, tuple(Path(tuple(p["routers"]), p["latency_ms"]) for p in paths)) for mode, paths in d["paths"]),
-        d["version"], d.get("exit_channel", ""), d.get("segment", False))
+        d["version"], d.get("exit_channel", ""), d.get("segment", False), d.get("best_effort", False))
 
 
 class BrokerStore:

@@ -34,7 +34,8 @@ Data = dict[str, Any]
 
 def subscription_request(variable: str, *, subscriber: str, edge: str, interval_ms: int, latency_ms: int,
                          redundancy: int = 1, priority: int = 1, modes: Sequence[int] = (0,),
-                         value_type: str | None = None) -> bpb.Subscription:
+                         value_type: str | None = None, price: float | None = None,
+                         best_effort: bool = False) -> bpb.Subscription:
     """The Subscription of ``gridstat sub add``: the same QoS in every mode given; ValidationError if unusable."""
     publisher, sep, name = variable.partition("/")
     if not sep or not publisher or not name:
@@ -57,9 +58,14 @@ def subscription_request(variable: str, *, subscriber: str, edge: str, interval_
             raise ValidationError(f"--mode must be 0..{MAX_MODE}, not {m}", field="mode")
     if len(set(modes)) != len(modes):
         raise ValidationError(f"--mode repeats a mode: {modes}", field="mode")
+    if price is not None and not 0 <= price <= 1e9:  # NaN fails too
+        raise ValidationError(f"--price must be within 0..1e9, not {price}", field="price")
     sub = bpb.Subscription(subscriber=subscriber.strip(), variable=variable, edge_router=edge.strip(), qos=[
-        bpb.ModeQoS(mode=m, interval_ms=interval_ms, latency_ms=latency_ms, redundancy=redundancy, priority=priority)
-        for m in sorted(modes)])
+        bpb.ModeQoS(mode=m, interval_ms=interval_ms, latency_ms=latency_ms, redundancy=redundancy, priority=priority,
+                    best_effort=best_effort) for m in sorted(modes)])
+    if price is not None:
+        for q in sub.qos:
+            q.price = price
     if value_type is not None:
         if value_type not in VALUE_KINDS:
             raise ValidationError(f"--type must be one of {', '.join(VALUE_KINDS)}, not {value_type!r}", field="type")
@@ -85,8 +91,21 @@ def rejection_data(reason: str, message: str, field: str = "", offer: Data | Non
 def rejection_from_reply(reply: bpb.SubscribeReply, trailing_reason: str = "") -> Data:
     """A reply with ``admitted=false``: its Rejection, the reason falling back to the trailing metadata."""
     r = reply.rejection
-    return rejection_data(r.reason or trailing_reason, r.message, r.field,
-                          offer_data(r.offer) if reply.HasField("rejection") and r.HasField("offer") else {})
+    d = rejection_data(r.reason or trailing_reason, r.message, r.field,
+                       offer_data(r.offer) if reply.HasField("rejection") and r.HasField("offer") else {})
+    if reply.HasField("admission"):
+        d["admission"] = admission_note_data(reply.admission)
+    return d
+
+
+def admission_note_data(a: bpb.AdmissionNote) -> Data:
+    """The admission controller's part (docs/admission.md): its decision per hop, or the broker's fallback."""
+    d = a.decision
+    return {"decided_by": a.decided_by, "fallback": a.fallback, "controller": a.controller, "note": a.note,
+            "reason": d.reason, "guaranteed_fraction": d.guaranteed_fraction,
+            "required_eps": [d.requirement.min_rate_eps, d.requirement.max_rate_eps], "reserved_eps": d.reserved_eps,
+            "failing_hops": [{"router": h.router, "link": h.link, "mode": h.mode, "resource": h.resource,
+                              "required": h.required, "available": h.available} for h in d.hops if not h.ok]}
 
 
 def qos_data(q: bpb.ModeQoS) -> Data:
@@ -111,6 +130,7 @@ def admission_data(reply: bpb.SubscribeReply) -> Data:
         "allocations": [{"mode": a.mode, "paths": [
             {"redundant_index": p.redundant_index, "routers": list(p.routers), "latency_ms": p.latency_ms}
             for p in a.paths]} for a in reply.allocations],
+        **({"admission": admission_note_data(reply.admission)} if reply.HasField("admission") else {}),
     }
 
 
@@ -211,7 +231,16 @@ def admission_view(d: Data) -> RenderableType:
     paths = _table("paths", ("mode", "path", "routers", "latency ms"), (
         (a["mode"], p["redundant_index"], " -> ".join(p["routers"]), _ms(p["latency_ms"]))
         for a in d["allocations"] for p in a["paths"]))
-    return Group(head, Text(f"QoS: {_qos_text(d['qos'])}"), paths)
+    parts: list[RenderableType] = [head, Text(f"QoS: {_qos_text(d['qos'])}")]
+    if "admission" in d:
+        parts.append(Text(f"admission: {_admission_text(d['admission'])}"))
+    return Group(*parts, paths)
+
+
+def _admission_text(a: Data) -> str:
+    if a["fallback"]:
+        return str(a["note"])
+    return f"decided by the controller at {a['controller']}: {a['reason']}: {a['note']}"
 
 
 def offer_text(offer: Data) -> str:
@@ -232,6 +261,11 @@ def rejection_lines(d: Data) -> list[str]:
     if r["field"]:
         lines.append(f"field: {r['field']}")
     lines.append(f"offer: {offer_text(r['offer'])}")
+    a = d.get("admission")
+    if a:
+        lines.append(f"admission: {_admission_text(a)}")
+        lines.extend(f"  hop {h['router']} ({h['link']}, mode {h['mode']}): {h['resource']} needs {h['required']:.6g}, "
+                     f"{max(0.0, h['available']):.6g} left" for h in a["failing_hops"])
     return lines
 
 

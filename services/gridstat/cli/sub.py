@@ -57,6 +57,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add.add_argument("--latency-ms", type=int, required=True, metavar="N", help="bound on publish-to-delivery delay")
     add.add_argument("--redundancy", type=int, default=1, metavar="K", help="node-disjoint paths (default 1)")
     add.add_argument("--priority", type=int, default=1, metavar="P", help="0 alert .. 6 low (default 1)")
+    add.add_argument("--price", type=float, default=None, metavar="X",
+                     help="what one delivered event is worth (default 1): overloaded routers shed low prices first")
+    add.add_argument("--best-effort", action="store_true",
+                     help="no guarantee wanted: shed before every guaranteed stream under overload")
     add.add_argument("--mode", type=int, nargs="+", action="extend", default=None, metavar="M",
                      help="operating modes (0..15) with this QoS (default 0)")
     add.add_argument("--type", choices=list(VALUE_KINDS), default=None, dest="value_type",
@@ -87,7 +91,7 @@ def add(args: argparse.Namespace) -> int:
     sub = subscription_request(args.variable, subscriber=args.subscriber, edge=args.edge,
                                interval_ms=args.interval_ms, latency_ms=args.latency_ms,
                                redundancy=args.redundancy, priority=args.priority, modes=args.mode or [0],
-                               value_type=args.value_type)
+                               value_type=args.value_type, price=args.price, best_effort=args.best_effort)
     timeout = check_timeout(args.timeout)
     address, channel, stub = _stub(args)
     with channel:

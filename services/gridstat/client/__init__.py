@@ -10,12 +10,20 @@ exist the caller installs routes.
 from gridstat.client.extrapolation import Extrapolation, register_extrapolation, unregister_extrapolation
 from gridstat.client.holders import Holder, Violation
 from gridstat.client.publisher import AlertTooEarly, PublicationHandle, Publisher
-from gridstat.client.session import EdgeSession, ModeQoS, Offer, SubscribeResult, SubscriptionRejected
+from gridstat.client.session import (
+    AdmissionNote,
+    EdgeSession,
+    ModeQoS,
+    Offer,
+    SubscribeResult,
+    SubscriptionRejected,
+)
 from gridstat.client.snapshot import Snapshot, SnapshotGroup
 from gridstat.client.subscriber import Subscriber
 from gridstat.client.subscription import Subscription
 
 __all__ = [
+    "AdmissionNote",
     "AlertTooEarly",
     "EdgeSession",
     "Extrapolation",

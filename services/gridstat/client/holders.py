@@ -51,7 +51,9 @@ class Violation:
     ``late``: the next expected event had not arrived by its deadline (reported by the monitor,
     once per missed deadline); ``gap``: an arriving event skipped expected timestamps whose
     deadline the monitor had not reported yet; ``latency``: an event arrived, but later than the
-    latency budget.
+    latency budget; ``shed``: a router's overload handling stopped the subscription's stream
+    (``reason`` cpu_overload) or dropped ``dropped`` of its events (``reason`` link_overload), as
+    its shed notice said (docs/overload.md).
     """
 
     kind: str
@@ -62,6 +64,9 @@ class Violation:
     latency_ms: int | None = None
     #: For ``late``: deadlines missed since the last report (1 unless the monitor was starved).
     missed: int = 1
+    #: For ``shed``: ``cpu_overload`` or ``link_overload``, and the events dropped (link overload).
+    reason: str = ""
+    dropped: int = 0
 
 
 class LatencyRing:
@@ -113,6 +118,9 @@ class SubscriptionStats:
     replaced: int = 0
     #: QoS violations not reported because a mode change was running (6.3.2 requirement 3).
     suppressed: int = 0
+    #: Shed notices received for this subscription, and the events they said were dropped.
+    shed_notices: int = 0
+    shed_dropped: int = 0
     latency: LatencyRing = field(default_factory=LatencyRing)
 
 

@@ -5,7 +5,9 @@ cloud's leaf QoS broker (dissertation 1, 3.2.4): ``registerPublisher`` / ``regis
 publications, subscriptions. ``first_time=True`` after a crash tells the broker to drop what the
 client held before (3.7). gRPC errors become :class:`~gridstat.errors.GridStatError` with the
 ``gridstat-reason`` of the trailing metadata; a refused subscription raises
-:class:`SubscriptionRejected` with the broker's :class:`Offer`.
+:class:`SubscriptionRejected` with the broker's :class:`Offer`. Where the broker consults an
+admission controller, its decision (or the broker's fallback when the controller is unreachable)
+comes back as an :class:`AdmissionNote` on the result and on the rejection alike.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ FIELD_KEY = "gridstat-field"
 #: Reasons of a refused subscription (broker admission control and its checks before it).
 REJECTION_REASONS = frozenset({
     "AdmissionRejected", "NoFeasiblePath", "LatencyUnattainable", "CapacityExceeded", "UnknownVariable",
-    "TypeMismatch", "Unauthorized", "PermissionDenied",
+    "TypeMismatch", "Unauthorized", "PermissionDenied", "NoMatchingAdvertisement",
 })
 
 
@@ -76,15 +78,52 @@ class Offer:
     min_interval_ms: int | None = None
 
 
+@dataclass(frozen=True)
+class HopVerdict:
+    """One resource at one hop as the admission controller saw it (events/s, bit/s or bytes)."""
+
+    router: str
+    link: str
+    mode: int
+    resource: str
+    required: float
+    available: float
+    ok: bool
+
+
+@dataclass(frozen=True)
+class AdmissionNote:
+    """The admission controller's part in a subscription (docs/admission.md).
+
+    ``fallback`` is True when the controller could not be reached and the broker's own reservation
+    check decided alone (``decided_by`` "broker"); otherwise ``reason`` is the controller's
+    (Admitted, PartiallyGuaranteed, CapacityExceeded, NoMatchingAdvertisement) with its verdict per hop.
+    """
+
+    consulted: bool
+    fallback: bool
+    decided_by: str
+    controller: str
+    note: str
+    reason: str = ""
+    guaranteed_fraction: float = 1.0
+    required_min_eps: float = 0.0
+    required_max_eps: float = 0.0
+    reserved_eps: float = 0.0
+    hops: tuple[HopVerdict, ...] = ()
+
+
 class SubscriptionRejected(GridStatError):
-    """The leaf broker refused a subscription; ``reason`` says why and ``offer`` what it could do."""
+    """The leaf broker refused a subscription; ``reason`` says why and ``offer`` what it could do;
+    ``admission`` is the admission controller's decision when it was the one that refused."""
 
     reason = "AdmissionRejected"
 
     def __init__(self, message: str, *, reason: str | None = None, field: str | None = None,
-                 offer: Offer | None = None) -> None:
+                 offer: Offer | None = None, admission: AdmissionNote | None = None) -> None:
         super().__init__(message, reason=reason or None, field=field or None)
         self.offer = offer if offer is not None else Offer()
+        self.admission = admission
 
 
 class ModeQoS(NamedTuple):
@@ -95,6 +134,10 @@ class ModeQoS(NamedTuple):
     latency_ms: int
     redundancy: int = 1
     priority: int = PRIORITY_HIGH
+    #: What one delivered event is worth (HAPS maxprice): overloaded routers shed low values first.
+    price: float = 1.0
+    #: No guarantee wanted: shed before every guaranteed stream.
+    best_effort: bool = False
 
 
 @dataclass(frozen=True)
@@ -119,6 +162,8 @@ class SubscribeResult:
     paths: dict[int, tuple[PathInfo, ...]] = field(default_factory=dict)
     edge_router: str = ""
     cloud: str = ""
+    #: The admission controller's decision, when the broker consults one.
+    admission: AdmissionNote | None = None
 
 
 # -- conversions ------------------------------------------------------------------------------------
@@ -135,9 +180,27 @@ def variable_from_pb(p: bpb.Publication) -> StatusVariable:
                           p.min_interval_ms, variable_id=p.variable_id)
 
 
+def as_qos(q: ModeQoS | Sequence[Any]) -> ModeQoS:
+    """A ModeQoS from itself or a plain ``(mode, interval, latency[, redundancy, priority, price, best_effort])``."""
+    return q if isinstance(q, ModeQoS) else ModeQoS(*q)
+
+
 def qos_to_pb(q: ModeQoS) -> bpb.ModeQoS:
     return bpb.ModeQoS(mode=q.mode, interval_ms=q.interval_ms, latency_ms=q.latency_ms, redundancy=q.redundancy,
-                       priority=q.priority)
+                       priority=q.priority, price=q.price, best_effort=q.best_effort)
+
+
+def admission_from_pb(reply: bpb.SubscribeReply) -> AdmissionNote | None:
+    if not reply.HasField("admission"):
+        return None
+    a = reply.admission
+    d = a.decision
+    req = d.requirement
+    return AdmissionNote(
+        consulted=a.consulted, fallback=a.fallback, decided_by=a.decided_by, controller=a.controller, note=a.note,
+        reason=d.reason, guaranteed_fraction=d.guaranteed_fraction if d.reason else 1.0,
+        required_min_eps=req.min_rate_eps, required_max_eps=req.max_rate_eps, reserved_eps=d.reserved_eps,
+        hops=tuple(HopVerdict(h.router, h.link, h.mode, h.resource, h.required, h.available, h.ok) for h in d.hops))
 
 
 def offer_from_pb(o: bpb.Offer) -> Offer:
@@ -146,24 +209,27 @@ def offer_from_pb(o: bpb.Offer) -> Offer:
                  min_interval_ms=o.min_interval_ms if o.HasField("min_interval_ms") else None)
 
 
-def rejection_error(r: bpb.Rejection, variable: str = "") -> SubscriptionRejected:
+def rejection_error(r: bpb.Rejection, variable: str = "", admission: AdmissionNote | None = None
+                    ) -> SubscriptionRejected:
     what = f"subscription to {variable!r} refused" if variable else "subscription refused"
     return SubscriptionRejected(f"{what}: {r.message or r.reason or 'no reason given'}",
-                                reason=r.reason or None, field=r.field or None, offer=offer_from_pb(r.offer))
+                                reason=r.reason or None, field=r.field or None, offer=offer_from_pb(r.offer),
+                                admission=admission)
 
 
 def result_from_pb(reply: bpb.SubscribeReply) -> SubscribeResult:
     """An admitted reply as a :class:`SubscribeResult`; a refusal raises :class:`SubscriptionRejected`."""
     sub = reply.subscription
     if not reply.admitted:
-        raise rejection_error(reply.rejection, sub.variable)
+        raise rejection_error(reply.rejection, sub.variable, admission_from_pb(reply))
     return SubscribeResult(
         admitted=True, subscription_id=sub.subscription_id, subscriber=sub.subscriber, variable=sub.variable,
         variable_id=reply.variable_id, pub_interval_ms=reply.pub_interval_ms,
-        qos=tuple(ModeQoS(q.mode, q.interval_ms, q.latency_ms, q.redundancy, q.priority) for q in sub.qos),
+        qos=tuple(ModeQoS(q.mode, q.interval_ms, q.latency_ms, q.redundancy, q.priority,
+                          q.price if q.HasField("price") else 1.0, q.best_effort) for q in sub.qos),
         paths={a.mode: tuple(PathInfo(tuple(p.routers), p.latency_ms, p.redundant_index) for p in a.paths)
                for a in reply.allocations},
-        edge_router=sub.edge_router, cloud=sub.cloud)
+        edge_router=sub.edge_router, cloud=sub.cloud, admission=admission_from_pb(reply))
 
 
 def flooded_variables(reply: bpb.BrokerFloodingReply) -> list[StatusVariable]:
@@ -319,7 +385,7 @@ class EdgeSession:
         """Subscribe; raises :class:`SubscriptionRejected` (with ``reason`` and ``offer``) when refused."""
         check_name(subscriber, what="subscriber")
         split_variable_name(variable_full_name)
-        modes = [q if isinstance(q, ModeQoS) else ModeQoS(*q) for q in qos]
+        modes = [as_qos(q) for q in qos]
         if not modes:
             raise ValidationError("a subscription needs the QoS of at least one mode", field="qos")
         reply: bpb.SubscribeReply = await self._call("Subscribe", bpb.SubscribeRequest(
@@ -330,7 +396,7 @@ class EdgeSession:
 
     async def change_subscription(self, subscription_id: str, qos: ModeQoS | Sequence[int]) -> SubscribeResult:
         """Change one mode's QoS in place; the old QoS stays when the broker refuses."""
-        q = qos if isinstance(qos, ModeQoS) else ModeQoS(*qos)
+        q = as_qos(qos)
         reply: bpb.SubscribeReply = await self._call("ChangeSubscription", bpb.ChangeSubscriptionRequest(
             subscription_id=subscription_id, qos=qos_to_pb(q)), subscribing=True)
         return result_from_pb(reply)

@@ -46,6 +46,8 @@ class SubscriberStats:
     drops: Counter[str] = field(default_factory=Counter)
     callback_errors: int = 0
     mode_notices: int = 0
+    #: Shed notices from routers' overload handling (docs/overload.md).
+    shed_notices: int = 0
 
 
 class Subscriber:
@@ -112,13 +114,16 @@ class Subscriber:
                                on_event: EventCallback | None = None, on_violation: ViolationCallback | None = None,
                                extrapolate: Callable[..., Any] | None = None,
                                extrapolation: ExtrapolationLike | None = None,
-                               modes: Mapping[int, int] | None = None) -> Subscription:
+                               modes: Mapping[int, int] | None = None, price: float = 1.0,
+                               best_effort: bool = False) -> Subscription:
         """Subscribe through the edge router (the broker admits it and installs the routes), then
         subscribe locally with the variable id and publication interval of the reply. Raises
         ``SubscriptionRejected`` (``reason``, ``offer``) when the broker refuses.
 
         ``modes`` (mode -> interval_ms) subscribes in several operating modes at once, with the same
-        latency, redundancy and priority; ``interval_ms`` and ``mode`` are then ignored."""
+        latency, redundancy and priority; ``interval_ms`` and ``mode`` are then ignored. ``price`` is
+        what one delivered event is worth and ``best_effort`` asks for no guarantee: routers under
+        overload shed best-effort and low-priced streams first (docs/overload.md)."""
         if self.session is None:
             raise ValidationError(f"subscriber {self.name} has no edge session; use Subscriber.connect",
                                   field="session")
@@ -128,7 +133,7 @@ class Subscriber:
         if modes:
             interval_ms = wanted.get(self.current_mode, next(iter(wanted.values())))
         result = await self.session.subscribe(self.name, variable_full_name, type,
-                                              [ModeQoS(m, i, latency_ms, redundancy, priority)
+                                              [ModeQoS(m, i, latency_ms, redundancy, priority, price, best_effort)
                                                for m, i in wanted.items()])
         try:
             if result.pub_interval_ms:
@@ -144,6 +149,7 @@ class Subscriber:
                 await self.session.unsubscribe(result.subscription_id)
             raise
         self._remote_ids[var.variable_id] = result.subscription_id
+        sub.admission = result.admission
         if modes:
             sub.mode_intervals = wanted
             sub.in_mode = self.current_mode in wanted
@@ -298,6 +304,8 @@ class Subscriber:
         if dgram.kind != _KIND_EVENTS:
             if dgram.mode_notice is not None:
                 self._on_mode_notice(*dgram.mode_notice, now_ms)
+            elif dgram.shed_notice is not None:
+                self._on_shed_notice(dgram.shed_notice, now_ms)
             else:
                 stats.drops["control"] += 1
             return
@@ -310,6 +318,15 @@ class Subscriber:
                     stats.drops[_UNKNOWN_VARIABLE] += 1
                 continue
             sub.handle_event(ev, now_ms)
+
+    def _on_shed_notice(self, notice: wire.ShedNotice, now_ms: int) -> None:
+        """A router shed (or restored, or dropped events of) some of our streams under overload."""
+        self.stats.shed_notices += 1
+        reason, action = notice.reason_name, notice.action_name
+        for vid, dropped in notice.entries:
+            sub = self._subs.get(vid)
+            if sub is not None:
+                sub.handle_shed(reason, action, dropped, now_ms)
 
     # -- operating modes (6.3.2) ---------------------------------------------------------------------
     def _on_mode_notice(self, phase: int, mode: int, previous: int, change_id: int, now_ms: int) -> None:

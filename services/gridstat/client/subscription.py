@@ -111,6 +111,10 @@ class Subscription:
         self.mode_intervals: dict[int, int] | None = None
         self.in_mode = True
         self.suspended = False
+        #: Why a router stopped this subscription's stream (``cpu_overload``) until it is restored; else None.
+        self.shed_reason: str | None = None
+        #: The admission controller's note of a remote subscription (``Subscriber.subscribe_remote``).
+        self.admission: Any = None
 
     @property
     def full_name(self) -> str:
@@ -213,6 +217,21 @@ class Subscription:
             return None
         missed -= (unfilled - expected) // self.interval_ms
         v = Violation("late", unfilled, now_ms, self._last_real, missed=missed)
+        self._violate(v)
+        return v
+
+    def handle_shed(self, reason: str, action: str, dropped: int, now_ms: int) -> Violation | None:
+        """A router's shed notice about this subscription (docs/overload.md): reported as a ``shed``
+        violation, except ``restored``, which ends the shed state."""
+        self.stats.shed_notices += 1
+        if action == "restored":
+            self.shed_reason = None
+            return None
+        self.stats.shed_dropped += dropped
+        if action == "shed":
+            self.shed_reason = reason
+        v = Violation("shed", self._expected if self._expected is not None else now_ms, now_ms, self._last_real,
+                      reason=reason, dropped=dropped)
         self._violate(v)
         return v
 

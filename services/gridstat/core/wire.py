@@ -6,7 +6,7 @@ Datagram header, 16 bytes::
 
     0  u16 magic        0x4753 ("GS")
     2  u8  version      WIRE_VERSION
-    3  u8  kind         1 events, 2 ping, 3 pong, 4 mode notice
+    3  u8  kind         1 events, 2 ping, 3 pong, 4 mode notice, 5 shed notice
     4  u32 sender_id    publisher or router id of the sending end of the event channel
     8  u32 sequence     per sender, per channel; wraps at 2**32
     12 u16 count        events in this datagram (0 for ping/pong)
@@ -36,6 +36,19 @@ count 0, no tag and a 16-byte body (32 bytes exactly)::
     4  u32 reserved     0
     8  u64 change_id    the broker's change counter; a receiver ignores one it has seen
 
+A shed notice (router -> downstream router or subscriber, docs/overload.md) tells the receiver that
+overload handling stopped or thinned some variables' streams; ``count`` is the number of entries,
+no tag, and the body is 8 bytes then ``count`` entries of 8 bytes (24 + 8 * count bytes exactly)::
+
+    0  u8  reason       1 cpu_overload (a route shed by the router), 2 link_overload (events shed
+                        from a shaped channel's queue)
+    1  u8  action       1 shed (no longer forwarded), 2 restored, 3 dropped (events dropped since
+                        the previous notice)
+    2  u8  hops         how many routers relayed it (a router relays it at most MAX_SHED_HOPS times)
+    3  u8  reserved     0
+    4  u32 reserved     0
+    then per entry: u32 variable_id, u32 events (dropped events for action 3, else 0)
+
 The decoder never raises on peer input: every failure maps to a ``DropReason``
 so the receive loop can count it and carry on (issue 2, "Bad input").
 """
@@ -57,10 +70,22 @@ KIND_EVENTS = 1
 KIND_PING = 2
 KIND_PONG = 3
 KIND_MODE = 4
+KIND_SHED = 5
 
 MODE_PREPARE = 1
 MODE_COMMIT = 2
 MODE_ABORT = 3
+
+SHED_CPU_OVERLOAD = 1
+SHED_LINK_OVERLOAD = 2
+SHED_ACTION_SHED = 1
+SHED_ACTION_RESTORED = 2
+SHED_ACTION_DROPPED = 3
+SHED_REASONS = {SHED_CPU_OVERLOAD: "cpu_overload", SHED_LINK_OVERLOAD: "link_overload"}
+SHED_ACTIONS = {SHED_ACTION_SHED: "shed", SHED_ACTION_RESTORED: "restored", SHED_ACTION_DROPPED: "dropped"}
+#: Entries per shed notice (a longer list goes out as several notices) and relays per notice.
+MAX_SHED_ENTRIES = 1024
+MAX_SHED_HOPS = 15
 
 HEADER = struct.Struct(">HBBIIHBB")
 HEADER_SIZE = HEADER.size  # 16
@@ -70,6 +95,8 @@ OPTION = struct.Struct(">HHId")
 OPTION_SIZE = OPTION.size  # 16
 PING_BODY = struct.Struct(">Q")
 MODE_BODY = struct.Struct(">BBBxIQ")
+SHED_BODY = struct.Struct(">BBBxI")
+SHED_ENTRY = struct.Struct(">II")
 
 SCALAR_SIZE = 8
 FLAG_ALERT = 0x01
@@ -106,6 +133,10 @@ class DropReason(enum.Enum):
     #: A flooded event stamped too far ahead of the router's clock (the forged-timestamp attack).
     FLOOD_CLOCK = "flood_clock"
     QUEUE_FULL = "queue_full"
+    #: Shed from a shaped channel's queue under link overload (modified RED, lowest value first; HAPS).
+    LINK_OVERLOAD = "link_overload"
+    #: Not forwarded on a route shed under router CPU overload (link shedding; HAPS).
+    CPU_OVERLOAD = "cpu_overload"
     LINK_DOWN = "link_down"
     SEND_ERROR = "send_error"
 
@@ -155,6 +186,27 @@ class Datagram:
     tag: bytes = b""
     #: Mode notices only: (phase, mode, previous mode, change id).
     mode_notice: tuple[int, int, int, int] | None = None
+    #: Shed notices only.
+    shed_notice: ShedNotice | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ShedNotice:
+    """Overload handling stopped or thinned these variables' streams (kind 5, docs/overload.md)."""
+
+    reason: int
+    action: int
+    #: (variable id, events dropped since the previous notice; 0 for shed and restored).
+    entries: tuple[tuple[int, int], ...]
+    hops: int = 0
+
+    @property
+    def reason_name(self) -> str:
+        return SHED_REASONS.get(self.reason, "unknown")
+
+    @property
+    def action_name(self) -> str:
+        return SHED_ACTIONS.get(self.action, "unknown")
 
 
 class DecodeError(Exception):
@@ -279,6 +331,29 @@ def encode_mode_notice(sender_id: int, sequence: int, *, phase: int, mode: int, 
         phase, mode, previous_mode, 0, change_id & 0xFFFF_FFFF_FFFF_FFFF)
 
 
+def encode_shed_notices(sender_id: int, sequence: int, *, reason: int, action: int,
+                        entries: Sequence[tuple[int, int]], hops: int = 0) -> list[bytes]:
+    """Shed notices for ``entries`` (variable id, events), MAX_SHED_ENTRIES per datagram."""
+    if reason not in SHED_REASONS:
+        raise ValidationError(f"shed reason {reason} is not 1 (cpu_overload) or 2 (link_overload)", field="reason")
+    if action not in SHED_ACTIONS:
+        raise ValidationError(f"shed action {action} is not 1 (shed), 2 (restored) or 3 (dropped)", field="action")
+    if not 0 <= hops <= MAX_SHED_HOPS:
+        raise ValidationError(f"hops {hops} is outside 0..{MAX_SHED_HOPS}", field="hops")
+    if not entries:
+        raise ValidationError("a shed notice needs at least one variable", field="entries")
+    out = []
+    for i in range(0, len(entries), MAX_SHED_ENTRIES):
+        chunk = entries[i:i + MAX_SHED_ENTRIES]
+        try:
+            body = b"".join(SHED_ENTRY.pack(v, min(n, 0xFFFF_FFFF)) for v, n in chunk)
+        except struct.error as exc:
+            raise ValidationError(f"variable ids and counts must be 0..2**32-1: {exc}", field="entries") from exc
+        out.append(encode_header(KIND_SHED, sender_id, sequence, len(chunk)) + SHED_BODY.pack(reason, action, hops, 0)
+                   + body)
+    return out
+
+
 def pack_events(
     encoded_events: Iterable[bytes], *, mtu: int = DEFAULT_MTU, max_events: int = 0xFFFF
 ) -> Iterator[list[bytes]]:
@@ -305,6 +380,14 @@ def is_mode_notice(data: bytes | bytearray | memoryview, nbytes: int, count: int
     """Whether a datagram of kind ``KIND_MODE`` is well formed (the one rule for every receiver)."""
     return (count == 0 and tag_len == 0 and nbytes == HEADER_SIZE + MODE_BODY.size
             and data[HEADER_SIZE] in (MODE_PREPARE, MODE_COMMIT, MODE_ABORT))
+
+
+def is_shed_notice(data: bytes | bytearray | memoryview, nbytes: int, count: int, tag_len: int) -> bool:
+    """Whether a datagram of kind ``KIND_SHED`` is well formed (the one rule for every receiver)."""
+    return (0 < count <= MAX_SHED_ENTRIES and tag_len == 0
+            and nbytes == HEADER_SIZE + SHED_BODY.size + SHED_ENTRY.size * count
+            and data[HEADER_SIZE] in SHED_REASONS and data[HEADER_SIZE + 1] in SHED_ACTIONS
+            and data[HEADER_SIZE + 2] <= MAX_SHED_HOPS)
 
 
 def check_header(data: bytes | bytearray | memoryview, nbytes: int) -> tuple[int, int, int, int, int]:
@@ -338,6 +421,11 @@ def check_header(data: bytes | bytearray | memoryview, nbytes: int) -> tuple[int
             raise DecodeError(DropReason.MALFORMED, "mode notice must carry exactly a 16-byte body with a known "
                                                     "phase, no events and no tag")
         body_end = nbytes
+    elif kind == KIND_SHED:
+        if not is_shed_notice(data, nbytes, count, tag_len):
+            raise DecodeError(DropReason.MALFORMED, "shed notice must carry an 8-byte body and count 8-byte entries "
+                                                    f"(1..{MAX_SHED_ENTRIES}), a known reason and action, no tag")
+        body_end = nbytes
     else:
         raise DecodeError(DropReason.BAD_KIND, f"unknown datagram kind {kind}")
     return kind, sender, seq, count, body_end
@@ -352,6 +440,11 @@ def decode_datagram(data: bytes | bytearray | memoryview, nbytes: int | None = N
     if kind == KIND_MODE:
         phase, mode, previous, _r, change_id = MODE_BODY.unpack_from(data, HEADER_SIZE)
         return Datagram(kind, sender, seq, mode_notice=(phase, mode, previous, change_id))
+    if kind == KIND_SHED:
+        reason, action, hops, _r = SHED_BODY.unpack_from(data, HEADER_SIZE)
+        off = HEADER_SIZE + SHED_BODY.size
+        entries = tuple(SHED_ENTRY.unpack_from(data, off + i * SHED_ENTRY.size) for i in range(count))
+        return Datagram(kind, sender, seq, shed_notice=ShedNotice(reason, action, entries, hops))
     if kind != KIND_EVENTS:
         return Datagram(kind, sender, seq, ping_ns=PING_BODY.unpack_from(data, HEADER_SIZE)[0], tag=tag)
     events = []

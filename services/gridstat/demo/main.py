@@ -49,6 +49,7 @@ from gridstat.core import clock
 from gridstat.core.aio import install_fast_loop
 from gridstat.demo.endpoints import PublisherEndpoint, SubscriptionEndpoint, format_offer
 from gridstat.demo.processes import BrokerProcess, RouterProcess, StartupError, parent_role_available
+from gridstat.demo.telemetry import DemoTelemetry
 from gridstat.demo.topology import Topology, load_topology
 from gridstat.demo.view import BrokerRow, RouterRow, Snapshot, SubRow, plain_lines, rich_view
 from gridstat.errors import GridStatError, ValidationError
@@ -83,6 +84,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--state-dir", default=None,
                    help="where the brokers' SQLite state goes, <broker>.sqlite, overwritten at start "
                         "(default: a new temporary directory, removed at exit)")
+    p.add_argument("--kafka", nargs="?", const="local", default=None, metavar="HOST:PORT",
+                   help="export telemetry from every role to Kafka and archive every variable "
+                        "(docs/telemetry.md); without HOST:PORT a local Apache Kafka is started")
+    p.add_argument("--metrics", action="store_true", help="every role serves Prometheus /metrics on a free port")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -93,18 +98,26 @@ def run(args: argparse.Namespace) -> int:
         raise ValidationError(f"--summary-every must be positive, got {args.summary_every}",
                               field="summary_every")
     install_fast_loop()
-    runner = Runner(topology, variant=args.variant, duration=args.duration, plain=args.plain,
-                    summary_every=args.summary_every, log_dir=args.log_dir, state_dir=args.state_dir,
-                    with_parent=False if args.no_parent else None)
-    return asyncio.run(runner.run())
+    telemetry = DemoTelemetry(kafka=args.kafka, metrics=args.metrics) if args.kafka or args.metrics else None
+    try:
+        if telemetry is not None:
+            telemetry.start_kafka()  # before any child starts: they inherit GRIDSTAT_KAFKA
+        runner = Runner(topology, variant=args.variant, duration=args.duration, plain=args.plain,
+                        summary_every=args.summary_every, log_dir=args.log_dir, state_dir=args.state_dir,
+                        with_parent=False if args.no_parent else None, telemetry=telemetry)
+        return asyncio.run(runner.run())
+    finally:
+        if telemetry is not None:
+            telemetry.stop_kafka()
 
 
 class Runner:
     def __init__(self, topology: Topology, *, variant: str = "close", duration: float | None = None,
                  plain: bool = False, summary_every: float = 3.0, log_dir: str | None = None,
                  state_dir: str | None = None, console: Console | None = None,
-                 with_parent: bool | None = None) -> None:
+                 with_parent: bool | None = None, telemetry: DemoTelemetry | None = None) -> None:
         self.topology = topology
+        self.telemetry = telemetry
         self.variant = variant
         self.duration = duration
         self.summary_every = summary_every
@@ -208,7 +221,12 @@ class Runner:
                 f"no parent broker ({why}): "
                 f"{self._unregistered_links} inter-cloud link(s) not registered; inter-cloud subscriptions "
                 f"{', '.join(refused_across) or '(none)'} cannot be set up (their leaf does not know the variable)")
+        if self.telemetry is not None:  # --kafka / --metrics: samples of every subscription; the archive
+            await self._until_stopped(self.telemetry.attach(
+                [ep.subscriber for ep in self.subscriptions if ep.subscriber is not None], t.publishers,
+                {name: rp.control_address for name, rp in self.routers.items()}))
         wanted = {ep.spec.variable for ep in self.subscriptions if ep.admitted}
+        wanted |= self.telemetry.archived if self.telemetry is not None else set()
         sending = sum(p.start_sending(wanted) for p in self.publishers)
         self.started = time.monotonic()
         admitted = sum(1 for ep in self.subscriptions if ep.admitted)
@@ -217,6 +235,10 @@ class Runner:
                  + (f"stopping after {self.duration:g} s" if self.duration else "Ctrl-C to stop"))
         for n in self.notes:
             self.say(f"  note {n}")
+        if self.telemetry is not None:
+            children = {c.name: c.ready_line for c in [*self.brokers, *self.routers.values()]}
+            for line in self.telemetry.lines(children):
+                self.say(line)
 
     async def _start_brokers(self) -> bool:
         t = self.topology
@@ -405,6 +427,9 @@ class Runner:
         for ep in self.subscriptions:
             with contextlib.suppress(Exception):
                 await ep.stop()
+        if self.telemetry is not None:
+            with contextlib.suppress(Exception):
+                await self.telemetry.stop()
         # A Ctrl-C on a terminal reaches the children too (same process group) and they stop on
         # their own; give them a moment before SIGTERM so they finish cleanly.
         grace = 1.5 if self.signal == "SIGINT" else 0.0

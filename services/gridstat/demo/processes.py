@@ -26,7 +26,7 @@ from gridstat.v1 import broker_pb2_grpc as bpb_grpc
 from gridstat.v1 import router_pb2 as rpb
 from gridstat.v1 import router_pb2_grpc as rpb_grpc
 
-ROUTER_READY_RE = re.compile(r"^READY name=(\S+) port=(\d+) control_port=(\d+)\s*$")
+ROUTER_READY_RE = re.compile(r"^READY name=(\S+) port=(\d+) control_port=(\d+)(?: metrics_port=\d+)?\s*$")
 BROKER_READY_RE = re.compile(r"^READY name=(\S+) port=(\d+)")
 READY_TIMEOUT_S = 30.0
 RPC_TIMEOUT_S = 10.0
@@ -64,6 +64,8 @@ class ChildProcess:
         self.proc: asyncio.subprocess.Process | None = None
         self.channel: grpc.aio.Channel | None = None
         self.error = ""
+        #: The READY line as printed (``metrics_port=`` is on it when the role serves /metrics).
+        self.ready_line = ""
         self._log: IO[bytes] | None = None
 
     def command(self) -> list[str]:  # pragma: no cover - abstract
@@ -97,7 +99,8 @@ class ChildProcess:
         except TimeoutError:
             raise StartupError(f"{self.what} {self.name} did not print READY within {READY_TIMEOUT_S:.0f} s "
                                f"(log: {self.log_path})") from None
-        m = self.ready_re.match(line.decode(errors="replace"))
+        self.ready_line = line.decode(errors="replace").strip()
+        m = self.ready_re.match(self.ready_line)
         if m is None:
             raise StartupError(f"{self.what} {self.name} exited or printed {line!r} instead of READY "
                                f"(log: {self.log_path})")

@@ -11,6 +11,11 @@ is dropped lowest priority first, each drop counted by reason.
 A channel to another router is watched by pings (3.1.4): when nothing has been
 heard for ``failure_timeout`` it is marked down, its events are dropped with
 reason ``link_down`` (as GridStat does) and the router reports the change.
+
+A channel given a bandwidth (``shape``) sends through ``router.shaping`` instead:
+a token bucket, a queue ordered by the value of each event and the modified RED
+drop rule (HAPS). Its queues' ``push`` is rebound to that path, so the forwarding
+loop is the same for both kinds of channel and an unshaped one pays nothing.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from gridstat.core import wire
 from gridstat.core.model import PRIORITIES
 from gridstat.core.wire import DropReason
 from gridstat.errors import ValidationError
+from gridstat.router import shaping
 
 _HEADER_PACK = wire.HEADER.pack
 _MAGIC = wire.MAGIC
@@ -51,6 +57,22 @@ class PriorityQueue:
         self.events: list[bytes] = []
         self.push = self.events.append
         self.filtered = 0
+
+    def valued(self, value: float, guaranteed: bool) -> PriorityQueue | shaping.ValuedTarget:
+        """The target a compiled entry pushes to: this queue, or on a shaped channel one that carries
+        the entry's value (the price sum of its routes here) and class into the shaper."""
+        shaper = self.channel.shaper
+        if shaper is None:
+            return self
+        return shaping.ValuedTarget(self, shaper, self.priority, value, guaranteed)
+
+    def _push_unvalued(self, event: bytes) -> None:
+        """``push`` on a shaped channel for what has no compiled value (flooding): best effort, value 0."""
+        shaper = self.channel.shaper
+        if shaper is None:  # unshaped meanwhile
+            self.events.append(event)
+        else:
+            shaper.enqueue(event, 0.0, 0.0, self.priority)
 
 
 @dataclass
@@ -108,6 +130,8 @@ class EventChannel:
         self.up = True
         self.last_heard_ms = 0
         self.rtt_ms = 0.0
+        #: The token bucket and value-ordered queue of a shaped channel (``shape``); None = unshaped.
+        self.shaper: shaping.Shaper | None = None
 
     @property
     def filtered(self) -> int:
@@ -117,7 +141,8 @@ class EventChannel:
         return self.queues[priority]
 
     def pending(self) -> int:
-        return sum(len(q.events) for q in self.queues)
+        n = sum(len(q.events) for q in self.queues)
+        return n + self.shaper.live if self.shaper is not None else n
 
     def drop_pending(self, reason: DropReason) -> int:
         n = 0
@@ -126,7 +151,52 @@ class EventChannel:
             q.events.clear()
         if n:
             self.stats.drops[reason.value] += n
+        if self.shaper is not None:
+            n += self.shaper.clear(reason.value)
         return n
+
+    def shape(self, config: shaping.ShapingConfig) -> shaping.Shaper:
+        """Send through a token bucket at ``config.bandwidth_bps`` with value-based shedding.
+
+        Events already queued move into the shaper (value 0, best effort: nothing tells their
+        value any more). The owner recompiles its table so that compiled entries push valued events.
+        """
+        if self.address is None:
+            raise ValidationError(f"channel {self.name!r} sends nothing: only outgoing channels are shaped",
+                                  field="name")
+        old = self.shaper
+        shaper = shaping.Shaper(self, config, self.stats.drops)
+        if old is not None:  # a new bandwidth or policy: the counters carry on
+            shaper.total_price, shaper.link_gain = old.total_price, old.link_gain
+            shaper.revenue, shaper.delivered_value, shaper.delivered = old.revenue, old.delivered_value, old.delivered
+            shaper.dropped_vars = old.dropped_vars
+        self.shaper = shaper
+        for q in self.queues:
+            q.push = q._push_unvalued
+            for ev in q.events:
+                shaper.enqueue(ev, 0.0, 0.0, q.priority)
+            q.events.clear()
+        if old is not None:
+            for dq in old.fifo:
+                for item in dq:
+                    if item[2] is not None:
+                        shaper.enqueue(item[2], item[0], item[4], item[3])
+        return shaper
+
+    def unshape(self) -> bool:
+        """Back to the plain queues; what the shaper held is queued there in priority order."""
+        old = self.shaper
+        if old is None:
+            return False
+        self.shaper = None
+        for q in self.queues:
+            q.push = q.events.append
+        for dq in old.fifo:
+            for item in dq:
+                if item[2] is not None:
+                    self.queues[item[3]].events.append(item[2])
+        self._trim()
+        return True
 
     def flush(self, sendto: SendTo) -> bool:
         """Send everything queued, packed up to the MTU, alerts first.
@@ -138,6 +208,8 @@ class EventChannel:
         if address is None or not self.up:
             self.drop_pending(DropReason.LINK_DOWN)
             return True
+        if self.shaper is not None:
+            return self.shaper.flush(sendto, address)
         mtu = self.mtu
         parts: list[bytes] = [b""]
         size = _HEADER_SIZE

@@ -20,6 +20,7 @@ from gridstat.errors import GridStatError, ValidationError
 from gridstat.router.channels import ChannelKind, EventChannel
 from gridstat.router.condensation import setup_from_message
 from gridstat.router.process import RouteInstall, StatusRouter
+from gridstat.router.shaping import DropPolicy, ShapingConfig
 from gridstat.router.tables import Route
 from gridstat.v1 import condensation_pb2 as cpb
 from gridstat.v1 import router_pb2 as pb
@@ -45,12 +46,31 @@ async def _guard(context: grpc.aio.ServicerContext[Any, Any], call: Callable[[],
 def route_to_pb(r: Route, pub_interval_ms: int, alert: bool = False) -> pb.Route:
     return pb.Route(route_id=r.route_id, variable_id=r.variable_id, mode=r.mode, channel=r.channel,
                     sub_interval_ms=r.sub_interval_ms, priority=r.priority, pub_interval_ms=pub_interval_ms,
-                    alert=alert, version=r.version)
+                    alert=alert, version=r.version, price=r.price, best_effort=r.best_effort)
 
 
 def route_from_pb(m: pb.Route) -> RouteInstall:
     return RouteInstall(Route(m.route_id, m.variable_id, m.mode, m.channel, m.sub_interval_ms, m.priority,
-                              m.version), m.pub_interval_ms, m.alert)
+                              m.version, m.price if m.HasField("price") else 1.0, m.best_effort),
+                        m.pub_interval_ms, m.alert)
+
+
+def shaping_from_pb(m: pb.Shaping) -> ShapingConfig | None:
+    """The shaping of a request; None (stop shaping) for a zero bandwidth."""
+    if not m.bandwidth_bps:
+        return None
+    return ShapingConfig(m.bandwidth_bps, DropPolicy.parse(m.drop_policy), m.drop_start_ms or 500.0,
+                         m.drop_all_ms or 1000.0, m.window_ms or 1000.0,
+                         m.overhead_bytes if m.HasField("overhead_bytes") else 28)
+
+
+def shaping_to_pb(ch: EventChannel) -> pb.Shaping | None:
+    sh = ch.shaper
+    if sh is None:
+        return None
+    c = sh.config
+    return pb.Shaping(bandwidth_bps=c.bandwidth_bps, drop_policy=c.policy.value, drop_start_ms=c.drop_start_ms,
+                      drop_all_ms=c.drop_all_ms, window_ms=c.window_ms, overhead_bytes=c.overhead_bytes)
 
 
 class RouterControlServicer(pb_grpc.RouterControlServicer):
@@ -66,8 +86,11 @@ class RouterControlServicer(pb_grpc.RouterControlServicer):
                 raise ValidationError(f"channel {c.name!r}: kind must be router, subscriber or publisher",
                                       field="channel.kind")
             address = (c.host, c.port) if c.host else None
+            shaping = shaping_from_pb(c.shaping)  # validated before the channel exists
             self.router.add_channel(c.name, peer_id=c.peer_id, kind=kind, address=address, mtu=c.mtu,
                                     capacity=c.capacity, level=c.level or 1, flood_all=c.flood_all)
+            if shaping is not None:
+                self.router.shape_channel(c.name, shaping)
             return pb.AddChannelReply(table_version=self.router.table.table_version)
 
         return await _guard(context, call)
@@ -75,6 +98,12 @@ class RouterControlServicer(pb_grpc.RouterControlServicer):
     async def UpdateChannel(self, request: pb.UpdateChannelRequest, context: Any) -> pb.AddChannelReply:
         def call() -> pb.AddChannelReply:
             self.router.update_channel(request.name, level=request.level, flood_all=request.flood_all)
+            return pb.AddChannelReply(table_version=self.router.table.table_version)
+        return await _guard(context, call)
+
+    async def SetChannelShaping(self, request: pb.SetChannelShapingRequest, context: Any) -> pb.AddChannelReply:
+        def call() -> pb.AddChannelReply:
+            self.router.shape_channel(request.name, shaping_from_pb(request.shaping))
             return pb.AddChannelReply(table_version=self.router.table.table_version)
         return await _guard(context, call)
 
@@ -157,7 +186,7 @@ class RouterControlServicer(pb_grpc.RouterControlServicer):
             pb.Channel(name=ch.name, peer_id=ch.peer_id, kind=_KIND_CODES[ch.kind],
                        host=ch.address[0] if ch.address else "", port=ch.address[1] if ch.address else 0,
                        mtu=ch.mtu, capacity=ch.capacity, level=ch.level, up=ch.up, rtt_ms=ch.rtt_ms,
-                       flood_all=ch.flood_all)
+                       flood_all=ch.flood_all, shaping=shaping_to_pb(ch))
             for ch in self.router.channels.values()])
 
     async def SetFlooding(self, request: pb.SetFloodingRequest, context: Any) -> pb.RouterFloodingReply:

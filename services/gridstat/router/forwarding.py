@@ -51,7 +51,7 @@ _R_SENDER = DropReason.UNKNOWN_SENDER.value
 _R_VARIABLE = DropReason.UNKNOWN_VARIABLE.value
 _R_FUTURE = DropReason.FUTURE_TIMESTAMP.value
 
-#: Control datagrams (ping, pong) are handed to this callback: (kind, channel, data).
+#: Control datagrams (ping, pong, shed notices) are handed to this callback: (kind, channel, data).
 ControlHandler = Callable[[int, EventChannel, bytes], None]
 
 
@@ -101,6 +101,11 @@ class Forwarder:
                 self.drops[_R_MALFORMED] += 1
             elif kind == wire.KIND_MODE and not wire.is_mode_notice(data, nbytes, count, tag_len):
                 self.drops[_R_MALFORMED] += 1  # the reason the decoder gives a subscriber
+            elif kind == wire.KIND_SHED:  # relayed downstream to the affected subscribers (router.shedding)
+                if not wire.is_shed_notice(data, nbytes, count, tag_len):
+                    self.drops[_R_MALFORMED] += 1
+                elif self.on_control is not None:
+                    self.on_control(kind, channel, data)
             else:
                 self.drops[_R_KIND] += 1  # mode notices are for subscribers; a router takes none
             return

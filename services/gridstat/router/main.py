@@ -21,7 +21,10 @@ from gridstat.errors import ValidationError
 from gridstat.router.control import serve
 from gridstat.router.process import Role, RouterConfig, StatusRouter
 from gridstat.router.proxy import DEFAULT_DEADLINE_S, EdgeProxyServicer, add_to_server
+from gridstat.router.shaping import DropPolicy, ShapingConfig
+from gridstat.router.shedding import OverloadConfig, Strategy
 from gridstat.router.tables import Variant
+from gridstat.telemetry import roles as telemetry
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -46,6 +49,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "clock (flood_clock), so a forged timestamp cannot block the variable")
     p.add_argument("--flood-reset-ms", type=int, default=1000,
                    help="limited flooding: how often last-flooded timestamps ahead of the clock are reset")
+    o = p.add_argument_group("overload handling (HAPS; docs/overload.md)")
+    o.add_argument("--shape", action="append", default=[], metavar="CHANNEL=BPS[:POLICY]",
+                   help="shape this outgoing channel (as soon as it exists) to BPS bit/s with a token bucket and "
+                        "value-based shedding; POLICY red (default), value, tail or none; repeatable")
+    o.add_argument("--drop-start-ms", type=float, default=500.0, help="shaped channels: RED starts dropping here")
+    o.add_argument("--drop-all-ms", type=float, default=1000.0,
+                   help="shaped channels: queueing delay at which every arrival sheds the lowest-valued event")
+    o.add_argument("--overload-shedding", action="store_true",
+                   help="shed links (a channel's best-effort, then guaranteed routes, cheapest first) when the "
+                        "load estimate passes --overload-drop-load")
+    o.add_argument("--overload-drop-load", type=float, default=0.9, help="shed above this load (0..1 of the CPU)")
+    o.add_argument("--overload-reintegrate-load", type=float, default=0.6, help="reintegrate below this load")
+    o.add_argument("--overload-weight", type=float, default=0.2, help="moving-average weight w (Eq. 2)")
+    o.add_argument("--overload-min-timeout-s", type=float, default=1.0,
+                   help="least time between two shed/reintegrate actions (Eq. 3's timeout, floored)")
+    o.add_argument("--overload-strategy", default="cheapest", choices=[x.value for x in Strategy])
+    o.add_argument("--overload-cost-per-copy-us", type=float, default=0.0,
+                   help="synthetic load model (Eq. 1): microseconds per event and per copy instead of measured time")
+    o.add_argument("--notice-interval-ms", type=int, default=1000,
+                   help="how often a shaped channel tells downstream subscribers what it shed")
     p.add_argument("--tls-cert", default="", help="PEM certificate: serve the control API over TLS only")
     p.add_argument("--tls-key", default="", help="PEM private key of --tls-cert")
     p.add_argument("--tls-client-ca", default="", help="PEM CA: require client certificates it signed (mTLS)")
@@ -61,6 +84,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="stop when the parent process dies (for supervisors such as 'gridstat up')")
     p.add_argument("--no-uvloop", action="store_true", help="use the default asyncio loop")
     p.add_argument("--log-level", default="WARNING")
+    telemetry.add_arguments(p)
 
 
 async def _run(args: argparse.Namespace) -> None:
@@ -70,6 +94,13 @@ async def _run(args: argparse.Namespace) -> None:
         ping_interval_ms=args.ping_interval_ms, failure_timeout_ms=args.failure_timeout_ms,
         future_tolerance_ms=args.future_tolerance_ms, drain_batch=args.drain_batch,
         flood_tolerance_ms=args.flood_tolerance_ms, flood_reset_ms=args.flood_reset_ms,
+        overload=OverloadConfig(enabled=args.overload_shedding, weight=args.overload_weight,
+                                drop_load=args.overload_drop_load, reintegrate_load=args.overload_reintegrate_load,
+                                min_timeout_s=args.overload_min_timeout_s,
+                                strategy=Strategy.parse(args.overload_strategy),
+                                cost_per_copy_s=args.overload_cost_per_copy_us / 1e6),
+        shaping=tuple(parse_shape(text, args.drop_start_ms, args.drop_all_ms) for text in args.shape),
+        notice_interval_ms=args.notice_interval_ms,
     )
     tls = None
     if args.tls_cert or args.tls_key:
@@ -81,6 +112,8 @@ async def _run(args: argparse.Namespace) -> None:
     proxy = _proxy(args, config)
     router = StatusRouter(config)
     await router.start()
+    tel = telemetry.for_router(router, args)  # --kafka / --metrics-port: samples router.stats(), off the data path
+    await tel.start()
     add_services = None if proxy is None else (lambda server: add_to_server(proxy, server))
     server, control_port = await serve(router, args.host, args.control_port, tls, add_services)
     stop = asyncio.Event()
@@ -90,12 +123,27 @@ async def _run(args: argparse.Namespace) -> None:
     # Everything allocated so far lives as long as the router: keep it out of the collector's
     # generations so that a full collection does not stall forwarding for milliseconds.
     gc.freeze()
-    print(f"READY name={config.name} port={router.address[1]} control_port={control_port}", flush=True)
+    print(f"READY name={config.name} port={router.address[1]} control_port={control_port}"
+          f"{tel.ready_suffix()}", flush=True)
     await stop.wait()
     await server.stop(grace=0.5)
     if proxy is not None:
         await proxy.close()
+    await tel.stop()
     await router.stop()
+
+
+def parse_shape(text: str, drop_start_ms: float, drop_all_ms: float) -> tuple[str, ShapingConfig]:
+    """``CHANNEL=BPS[:POLICY]`` -> (channel, its shaping)."""
+    name, sep, rest = text.partition("=")
+    bps, _, policy = rest.partition(":")
+    try:
+        bandwidth = float(bps)
+    except ValueError:
+        bandwidth = -1.0
+    if not sep or not name or bandwidth <= 0:
+        raise ValidationError(f"--shape {text!r} is not CHANNEL=BPS[:POLICY] with BPS > 0", field="shape")
+    return name, ShapingConfig(bandwidth, DropPolicy.parse(policy), drop_start_ms, drop_all_ms)
 
 
 def _proxy(args: argparse.Namespace, config: RouterConfig) -> EdgeProxyServicer | None:

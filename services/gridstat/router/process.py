@@ -9,6 +9,13 @@ flushed, which packs the events that arrived in that batch, alerts first.
 Routers hold hard state: the table lives here and keeps forwarding whatever the
 management plane does (dissertation 2.2.1). The control API below is what the
 gRPC servicer (``router.control``) and the tests call.
+
+Overload handling (HAPS, docs/overload.md) hangs off the same loop without touching
+the per-event path: shaped channels (``shape_channel``) are flushed through their
+token bucket after the plain ones, with a timer for what the bucket holds back; a
+tick every ``overload.tick_s`` feeds the load estimate (the drain loop's busy time,
+two clock reads per wake-up), sheds or reintegrates a link, and sends the shed
+notices that tell the affected subscribers.
 """
 
 from __future__ import annotations
@@ -29,10 +36,11 @@ from gridstat.core import wire
 from gridstat.core.aio import create_guarded_task
 from gridstat.core.wire import DropReason
 from gridstat.errors import DuplicateName, NotFound, ValidationError
-from gridstat.router import flooding
+from gridstat.router import flooding, shedding
 from gridstat.router.channels import ChannelKind, EventChannel
 from gridstat.router.condensation import CondensationSlots
 from gridstat.router.forwarding import Forwarder
+from gridstat.router.shaping import ShapingConfig
 from gridstat.router.tables import MODE_SLOTS, Route, RoutingTable, Target, Variant
 
 log = logging.getLogger(__name__)
@@ -74,6 +82,12 @@ class RouterConfig:
     flood_reset_ms: int = flooding.DEFAULT_RESET_INTERVAL_MS
     socket_buffer_bytes: int = 4 * 1024 * 1024
     drain_batch: int = 256
+    #: Router CPU overload handling (HAPS link shedding); disabled by default, the load is estimated anyway.
+    overload: shedding.OverloadConfig = field(default_factory=shedding.OverloadConfig)
+    #: Channels shaped as soon as they are added (``--shape NAME=BPS``), by channel name.
+    shaping: tuple[tuple[str, ShapingConfig], ...] = ()
+    #: How often a shaped channel reports the events it shed to the subscribers downstream.
+    notice_interval_ms: int = 1000
 
     def __post_init__(self) -> None:
         if not 1 <= self.router_id <= 0xFFFF_FFFF:
@@ -82,6 +96,8 @@ class RouterConfig:
             raise ValidationError("need 0 < ping_interval_ms < failure_timeout_ms", field="failure_timeout_ms")
         if self.future_tolerance_ms < 0:
             raise ValidationError("future_tolerance_ms must not be negative", field="future_tolerance_ms")
+        if self.notice_interval_ms <= 0:
+            raise ValidationError("notice_interval_ms must be positive", field="notice_interval_ms")
 
 
 @dataclass(frozen=True)
@@ -137,6 +153,19 @@ class StatusRouter:
         self._staged: dict[str, _Staged] = {}
         self._closed = False
         self._started = False
+        # Overload handling (HAPS): shaped channels, their timers, the load estimate and link shedding.
+        self._shaped: list[EventChannel] = []
+        self._shaper_timers: dict[str, asyncio.TimerHandle] = {}
+        self._busy_ns = 0
+        self.shedder = shedding.LinkShedder(self.table, config.overload,
+                                            channels=lambda: self.channels.keys())
+        self._tick_at = time.monotonic()
+        self._tick_events = 0
+        self._tick_sent = 0
+        self._prices_version = -1
+        self._notice_at = 0.0
+        #: Shed notices sent, by reason and action ("cpu_overload/shed", "link_overload/dropped", ...).
+        self.notices: Counter[str] = Counter()
 
     # -- lifecycle ------------------------------------------------------------
     @property
@@ -163,6 +192,7 @@ class StatusRouter:
         self._sendto = sock.sendto
         self._loop.add_reader(sock.fileno(), self._on_readable)
         self._tasks.append(create_guarded_task(self._liveness(), name=f"{self.config.name}-liveness"))
+        self._tasks.append(create_guarded_task(self._overload(), name=f"{self.config.name}-overload"))
         log.info("router %s (%s, %s) listening on %s:%d", self.config.name, self.config.role.value,
                  self.config.variant.value, *self.address)
 
@@ -172,6 +202,9 @@ class StatusRouter:
             return
         self._closed = True
         self.condensations.close()
+        for timer in self._shaper_timers.values():
+            timer.cancel()
+        self._shaper_timers.clear()
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:
@@ -202,7 +235,8 @@ class StatusRouter:
         now_ms = time.time_ns() // 1_000_000
         # Flush at least every FLUSH_BUDGET_NS inside a long drain, so a burst does not hold the
         # first events back until the whole batch is read (measured: -25..30 % p50 under bursts).
-        due = clock() + FLUSH_BUDGET_NS
+        start = clock()
+        due = start + FLUSH_BUDGET_NS
         for _ in range(self.config.drain_batch):
             try:
                 data = recv(65536)
@@ -218,6 +252,7 @@ class StatusRouter:
                 self.flush()
                 due = t + FLUSH_BUDGET_NS
         self.flush()
+        self._busy_ns += clock() - start  # the load estimate's input (router.shedding)
 
     def flush(self) -> None:
         sendto = self._sendto
@@ -227,6 +262,8 @@ class StatusRouter:
                     if not ch.flush(sendto):
                         self._block(ch)
                     break
+        if self._shaped:
+            self._flush_shaped()
 
     def _block(self, ch: EventChannel) -> None:
         if not self._blocked and self._loop is not None and self._sock is not None:
@@ -239,6 +276,125 @@ class StatusRouter:
                 self._blocked.discard(ch)
         if not self._blocked and self._loop is not None and self._sock is not None:
             self._loop.remove_writer(self._sock.fileno())
+        if self._shaped:  # a shaped channel unblocked with tokens short: its timer
+            self._flush_shaped()
+
+    # -- overload handling (HAPS; docs/overload.md) -------------------------------------------
+    def _flush_shaped(self) -> None:
+        sendto = self._sendto
+        for ch in self._shaped:
+            shaper = ch.shaper
+            if shaper is None or not shaper.live or ch.name in self._shaper_timers or ch in self._blocked:
+                continue
+            if not ch.flush(sendto):
+                self._block(ch)
+            elif shaper.wake_s is not None and self._loop is not None:
+                self._shaper_timers[ch.name] = self._loop.call_later(shaper.wake_s, self._on_shaper_timer, ch)
+
+    def _on_shaper_timer(self, ch: EventChannel) -> None:
+        self._shaper_timers.pop(ch.name, None)
+        if ch.shaper is not None and self.channels.get(ch.name) is ch:
+            self._flush_shaped()
+
+    def shape_channel(self, name: str, config: ShapingConfig | None) -> EventChannel:
+        """Shape an outgoing channel to ``config.bandwidth_bps`` with value-based shedding, or (None) stop."""
+        ch = self.channels.get(name)
+        if ch is None:
+            raise NotFound(f"router {self.config.name} has no channel {name!r}", field="name")
+        timer = self._shaper_timers.pop(name, None)
+        if timer is not None:
+            timer.cancel()
+        if config is None:
+            if ch.unshape():
+                self._shaped.remove(ch)
+        else:
+            ch.shape(config)
+            if ch not in self._shaped:
+                self._shaped.append(ch)
+        self._prices_version = -1
+        self.table.recompile_all()  # compiled entries now push valued events (or plain ones again)
+        self._refresh_prices()
+        if self._sock is not None:
+            self.flush()
+        return ch
+
+    def _refresh_prices(self) -> None:
+        """Eq. 6's N per shaped channel: the price sum of the current mode's routes on it."""
+        if self._prices_version == self.table.table_version:
+            return
+        self._prices_version = self.table.table_version
+        totals: dict[str, float] = {}
+        for (channel, _be), routes in self.table.units().items():
+            totals[channel] = totals.get(channel, 0.0) + sum(r.price for r in routes)
+        for ch in self._shaped:
+            if ch.shaper is not None:
+                ch.shaper.total_price = float(totals.get(ch.name, 0.0))
+                ch.shaper.link_gain = self.shedder.gain
+
+    async def _overload(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.overload.tick_s)
+            self.overload_tick(time.monotonic())
+
+    def overload_tick(self, now: float) -> shedding.ShedAction | None:
+        """One tick of overload handling: load estimate, link shedding, shed notices."""
+        fw = self.forwarder
+        sent = sum(ch.stats.events_sent for ch in self.channels.values())
+        elapsed = now - self._tick_at
+        busy_ns, self._busy_ns = self._busy_ns, 0
+        action = self.shedder.tick(now, busy_s=busy_ns / 1e9, events=fw.events_in - self._tick_events,
+                                   copies=sent - self._tick_sent, elapsed_s=elapsed)
+        self._tick_at, self._tick_events, self._tick_sent = now, fw.events_in, sent
+        if action is not None:
+            log.warning("router %s: load %.2f: %s %s routes of channel %s (value %.6g)", self.config.name,
+                        action.load, "shed" if action.shed else "reintegrated",
+                        "best-effort" if action.unit[1] else "guaranteed", action.unit[0], action.value)
+            self._notify(action.unit[0], wire.SHED_CPU_OVERLOAD,
+                         wire.SHED_ACTION_SHED if action.shed else wire.SHED_ACTION_RESTORED,
+                         [(v, 0) for v in action.variables])
+            self._prices_version = -1
+        if self._shaped:
+            self._refresh_prices()
+            if now - self._notice_at >= self.config.notice_interval_ms / 1000:
+                self._notice_at = now
+                for ch in self._shaped:
+                    if ch.shaper is not None and ch.shaper.dropped_vars:
+                        self._notify(ch.name, wire.SHED_LINK_OVERLOAD, wire.SHED_ACTION_DROPPED,
+                                     ch.shaper.take_dropped())
+        return action
+
+    def _notify(self, channel: str, reason: int, action: int, entries: list[tuple[int, int]], hops: int = 0) -> int:
+        """Send shed notices on ``channel`` (to its subscriber, or the next router that relays them)."""
+        ch = self.channels.get(channel)
+        if ch is None or ch.address is None or not entries or ch.kind is ChannelKind.PUBLISHER:
+            return 0
+        notices = wire.encode_shed_notices(self.config.router_id, 0, reason=reason, action=action, entries=entries,
+                                           hops=hops)
+        for data in notices:  # control traffic, like liveness pings: outside a shaped channel's token bucket
+            try:
+                self._sendto(data, ch.address)
+            except OSError:
+                ch.stats.drops[DropReason.SEND_ERROR.value] += 1
+        self.notices[f"{wire.SHED_REASONS[reason]}/{wire.SHED_ACTIONS[action]}"] += len(notices)
+        return len(notices)
+
+    def _relay_notice(self, inbound: EventChannel, data: bytes) -> None:
+        """A shed notice from upstream: pass each variable's part on the channels that route it here."""
+        notice = wire.decode_datagram(data).shed_notice
+        if notice is None or notice.hops >= wire.MAX_SHED_HOPS:
+            return
+        per: dict[str, list[tuple[int, int]]] = {}
+        active = self.table.active
+        for vid, n in notice.entries:
+            entry = active.get(vid)
+            if entry is None:
+                continue
+            for target in entry.sparse_targets:
+                ch = getattr(target, "channel", None)
+                if isinstance(ch, EventChannel) and ch is not inbound:
+                    per.setdefault(ch.name, []).append((vid, n))
+        for name, entries in per.items():
+            self._notify(name, notice.reason, notice.action, entries, notice.hops + 1)
 
     # -- liveness (dissertation 3.1.4) ------------------------------------------
     def _on_control(self, kind: int, channel: EventChannel, data: bytes) -> None:
@@ -254,6 +410,8 @@ class StatusRouter:
         elif kind == wire.KIND_PONG:
             (sent_ns,) = wire.PING_BODY.unpack_from(data, wire.HEADER_SIZE)
             channel.rtt_ms = max(0.0, (time.monotonic_ns() - sent_ns) / 1e6)
+        elif kind == wire.KIND_SHED:
+            self._relay_notice(channel, data)
 
     async def _liveness(self) -> None:
         interval = self.config.ping_interval_ms / 1000
@@ -324,6 +482,9 @@ class StatusRouter:
         if address is not None:
             self._out.append(ch)
         self.flooding.channels_changed()
+        for shaped, config in self.config.shaping:
+            if shaped == name and address is not None:
+                self.shape_channel(name, config)
         return ch
 
     def update_channel(self, name: str, *, level: int, flood_all: bool) -> EventChannel:
@@ -346,6 +507,11 @@ class StatusRouter:
         self.forwarder.by_sender.pop(ch.peer_id, None)
         if ch in self._out:
             self._out.remove(ch)
+        if ch in self._shaped:
+            self._shaped.remove(ch)
+        timer = self._shaper_timers.pop(name, None)
+        if timer is not None:
+            timer.cancel()
         self._blocked.discard(ch)
         self.flooding.channels_changed()
         return removed
@@ -462,6 +628,10 @@ class StatusRouter:
     def stats(self) -> dict[str, Any]:
         fw = self.forwarder
         times = os.times()
+        shed_events: Counter[str] = Counter()
+        for (channel, _be), target in self.table.shed_targets.items():
+            shed_events[channel] += target.events
+        est = self.shedder.estimator
         return {
             "router": self.config.name,
             "router_id": self.config.router_id,
@@ -479,13 +649,36 @@ class StatusRouter:
             "uptime_s": self.uptime_s(),
             "boot_id": self.boot_id,
             "condensations": self.condensations.statuses(),
+            "load": est.load,
+            "processing_delay_us": est.delay_s * 1e6,
+            "shedding_timeout_s": est.timeout_s(self.config.overload.min_timeout_s),
+            "shed_units": len(self.shedder.shed),
+            "shed_gain": self.shedder.gain,
+            "sheds": {**self.shedder.actions, **{f"notices:{k}": v for k, v in self.notices.items()}},
+            "revenue": sum(ch.shaper.revenue for ch in self._shaped if ch.shaper is not None),
             "channels": [
                 {
                     "name": ch.name, "up": ch.up, "events_in": ch.stats.events_in,
                     "datagrams_in": ch.stats.datagrams_in, "events_sent": ch.stats.events_sent,
                     "datagrams_sent": ch.stats.datagrams_sent, "filtered": ch.filtered,
-                    "drops": dict(ch.stats.drops), "queued": ch.pending(), "rtt_ms": ch.rtt_ms,
+                    "drops": _with_shed(ch.stats.drops, shed_events.get(ch.name, 0)), "queued": ch.pending(),
+                    "rtt_ms": ch.rtt_ms, **_shaping_stats(ch),
                 }
                 for ch in self.channels.values()
             ],
         }
+
+
+def _with_shed(drops: Counter[str], shed: int) -> dict[str, int]:
+    out = dict(drops)
+    if shed:
+        out[DropReason.CPU_OVERLOAD.value] = shed
+    return out
+
+
+def _shaping_stats(ch: EventChannel) -> dict[str, Any]:
+    sh = ch.shaper
+    if sh is None:
+        return {}
+    return {"shaped": True, "bandwidth_bps": sh.config.bandwidth_bps, "queue_delay_ms": sh.delay_s() * 1000,
+            "revenue": sh.revenue, "delivered_value": sh.delivered_value, "drop_policy": sh.config.policy.value}

@@ -20,11 +20,21 @@ mode switch is one pointer swap (dissertation 6.3.2, phase 3).
 Each channel appears at most once per compiled entry, which is GridStat's
 multicast: one copy per channel per timestamp, however many subscriptions share
 the channel.
+
+Overload handling (HAPS, docs/overload.md) is compiled in too, so the forwarding
+loop never computes it: each route carries a price and a best-effort flag; the
+target of a channel that is shaped carries the sum of the prices of the entry's
+routes on it and whether one of them is guaranteed (``Target.valued``), and the
+routes of a *shed unit* (a channel's best-effort or guaranteed routes, shed by
+``router.shedding`` under CPU overload) are compiled to a ``ShedTarget`` that only
+counts what they would have sent.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import enum
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
@@ -37,6 +47,8 @@ if TYPE_CHECKING:
     from gridstat.router.flooding import FloodPlan, FloodTable
 
 MODE_SLOTS = MAX_MODES + 1  # sixteen modes and the temporary slot of edge routers
+#: The largest price a route may carry (router.shaping keeps value sums below its GUARANTEED offset).
+MAX_PRICE = 1e9
 
 
 class Variant(enum.Enum):
@@ -62,7 +74,23 @@ class Target(Protocol):
 
 
 #: Resolves (channel name, priority) to the target queue; raises NotFound for an unknown channel.
+#: A resolved target with a ``valued(value, guaranteed)`` method (a channel's queue) is asked for the
+#: target that carries an entry's value: itself, or on a shaped channel one that feeds the shaper.
 Resolver = Callable[[str, int], Target]
+
+
+class ShedTarget:
+    """Where a shed unit's routes point (link shedding): it counts the events they would have sent."""
+
+    __slots__ = ("channel", "events", "filtered")
+
+    def __init__(self, channel: str) -> None:
+        self.channel = channel
+        self.events = 0
+        self.filtered = 0
+
+    def push(self, event: bytes) -> None:
+        self.events += 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +104,10 @@ class Route:
     sub_interval_ms: int
     priority: int
     version: int = 0
+    #: What one delivered event of this route is worth (HAPS ``maxprice``): orders shedding.
+    price: float = 1.0
+    #: Not admitted with a guarantee: shed before every guaranteed route.
+    best_effort: bool = False
 
     def __post_init__(self) -> None:
         if not self.route_id:
@@ -89,6 +121,8 @@ class Route:
             raise ValidationError(f"priority {self.priority} is outside 0..6", field="priority")
         if not self.channel:
             raise ValidationError("channel must not be empty", field="channel")
+        if not (isinstance(self.price, int | float) and math.isfinite(self.price) and 0 <= self.price <= MAX_PRICE):
+            raise ValidationError(f"price {self.price!r} is outside 0..{MAX_PRICE:g}", field="price")
 
 
 class CompiledEntry:
@@ -162,6 +196,9 @@ class RoutingTable:
         self._temporary_from = 0
         #: Limited flooding settings (``router.flooding``), asked at every compile; None = no flooding.
         self.flooding: FloodTable | None = None
+        #: Shed units (channel, best_effort): their routes compile to a ShedTarget (``router.shedding``).
+        self.shed_units: set[tuple[str, bool]] = set()
+        self.shed_targets: dict[tuple[str, bool], ShedTarget] = {}
 
     # -- changes ------------------------------------------------------------
     def install(self, route: Route, *, pub_interval_ms: int, alert: bool = False) -> Route:
@@ -186,8 +223,7 @@ class RoutingTable:
             return existing
         rounded = filtering.round_down_interval(route.sub_interval_ms, pub_interval_ms)
         if rounded != route.sub_interval_ms:
-            route = Route(route.route_id, route.variable_id, route.mode, route.channel, rounded,
-                          route.priority, route.version)
+            route = dataclasses.replace(route, sub_interval_ms=rounded)
         vr.alert = vr.alert or alert
         vr.modes[route.mode][route.route_id] = route
         self._recompile(route.variable_id, route.mode)
@@ -219,9 +255,8 @@ class RoutingTable:
         vr.pub_interval_ms = pub_interval_ms
         for mode, routes in enumerate(vr.modes):
             for rid, r in list(routes.items()):
-                routes[rid] = Route(r.route_id, r.variable_id, r.mode, r.channel,
-                                    filtering.round_down_interval(r.sub_interval_ms, pub_interval_ms),
-                                    r.priority, r.version)
+                routes[rid] = dataclasses.replace(
+                    r, sub_interval_ms=filtering.round_down_interval(r.sub_interval_ms, pub_interval_ms))
             self._recompile(variable_id, mode)
 
     def set_mode(self, mode: int) -> None:
@@ -265,6 +300,34 @@ class RoutingTable:
     def refresh(self, variable_id: int, mode: int) -> None:
         """Recompile one (variable, mode), e.g. after its flooding changed."""
         self._recompile(variable_id, mode)
+
+    def set_shed(self, channel: str, best_effort: bool, shed: bool) -> list[int]:
+        """Shed (or reintegrate) the unit of ``channel``'s best-effort or guaranteed routes in every mode;
+        returns the variable ids whose entries changed."""
+        unit = (channel, best_effort)
+        if (unit in self.shed_units) == shed:
+            return []
+        if shed:
+            self.shed_units.add(unit)
+            self.shed_targets.setdefault(unit, ShedTarget(channel))
+        else:
+            self.shed_units.discard(unit)
+        touched: set[tuple[int, int]] = {(r.variable_id, r.mode) for r in self.routes()
+                                         if r.channel == channel and r.best_effort == best_effort}
+        for variable_id, mode in sorted(touched):
+            self._recompile(variable_id, mode)
+        return sorted({v for v, _ in touched})
+
+    def units(self, mode: int | None = None) -> dict[tuple[str, bool], list[Route]]:
+        """The routes of ``mode`` (default: the current one) grouped by shedding unit (channel, best_effort)."""
+        mode = self.current_mode if mode is None else mode
+        if mode == TEMPORARY_MODE_SLOT:
+            mode = self._temporary_from
+        out: dict[tuple[str, bool], list[Route]] = {}
+        for vr in self._vars.values():
+            for r in vr.modes[mode].values():
+                out.setdefault((r.channel, r.best_effort), []).append(r)
+        return out
 
     # -- reading ------------------------------------------------------------
     def routes(self) -> Iterator[Route]:
@@ -310,17 +373,31 @@ class RoutingTable:
         if flood is None and (not routes or vr is None):
             compiled.pop(variable_id, None)
             return
-        by_channel: dict[str, list[Route]] = {}
+        # Key (channel, 0) holds the live routes of a channel; (channel, 1) and (channel, 2) its shed
+        # guaranteed and best-effort routes, which only count (link shedding).
+        by_channel: dict[tuple[str, int], list[Route]] = {}
+        shed_units = self.shed_units
         for r in routes.values():
             if flood is None or r.channel not in flood.channels:  # flooded channels get every event
-                by_channel.setdefault(r.channel, []).append(r)
+                part = (2 if r.best_effort else 1) if shed_units and (r.channel, r.best_effort) in shed_units else 0
+                by_channel.setdefault((r.channel, part), []).append(r)
         targets: list[Target] = []
         elements: list[tuple[int, ...]] = []
-        for channel in sorted(by_channel):
-            rs = by_channel[channel]
+        for key in sorted(by_channel):
+            channel, part = key
+            rs = by_channel[key]
             # Alerts bypass FIFO: an alert variable uses the alert queue of every channel.
             priority = PRIORITY_ALERT if vr is not None and vr.alert else min(r.priority for r in rs)
-            targets.append(self._resolve(channel, priority))
+            target: Target
+            if part:
+                unit = (channel, part == 2)
+                target = self.shed_targets.setdefault(unit, ShedTarget(channel))
+            else:
+                target = self._resolve(channel, priority)
+                valued = getattr(target, "valued", None)
+                if valued is not None:
+                    target = valued(sum(r.price for r in rs), any(not r.best_effort for r in rs))
+            targets.append(target)
             elements.append(filtering.smallest_non_multiples(r.sub_interval_ms for r in rs))
         close = tuple(zip(targets, elements, strict=True))
         masks: dict[int, int] = {}
@@ -336,5 +413,5 @@ class RoutingTable:
         compiled[variable_id] = CompiledEntry(pub, close, sparse, tuple(targets), flood)
 
 
-__all__ = ["MODE_SLOTS", "TEMPORARY_MODE_SLOT", "CompiledEntry", "Route", "RoutingTable", "Target",
-           "Variant", "select_close", "select_sparse"]
+__all__ = ["MAX_PRICE", "MODE_SLOTS", "TEMPORARY_MODE_SLOT", "CompiledEntry", "Route", "RoutingTable", "ShedTarget",
+           "Target", "Variant", "select_close", "select_sparse"]

@@ -16,6 +16,7 @@ from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from gridstat.v1 import admission_pb2 as _admission_pb2
 from gridstat.v1 import condensation_pb2 as _condensation_pb2
 import builtins as _builtins
 import sys
@@ -166,6 +167,7 @@ class Publication(_message.Message):
     VARIABLE_ID_FIELD_NUMBER: _builtins.int
     EDGE_ROUTER_FIELD_NUMBER: _builtins.int
     CLOUD_FIELD_NUMBER: _builtins.int
+    MAX_RATE_EPS_FIELD_NUMBER: _builtins.int
     publisher: _builtins.str
     variable: _builtins.str
     interval_ms: _builtins.int
@@ -181,6 +183,11 @@ class Publication(_message.Message):
     """the publisher's edge router (read only: set by the proxy)"""
     cloud: _builtins.str
     """the publishing cloud (read only: set by parents on ResolveVariable)"""
+    max_rate_eps: _builtins.float
+    """The advertised maximum rate (events/s, RacsCBPS V_pmax) the admission controller is told; unset =
+    1000 / interval_ms (alerts: 1000 / min_interval_ms). Refused if negative, not finite, absurd
+    (> 1e6) or below the publication rate.
+    """
     @_builtins.property
     def type(self) -> Global___ValueType: ...
     def __init__(
@@ -196,12 +203,15 @@ class Publication(_message.Message):
         variable_id: _builtins.int = ...,
         edge_router: _builtins.str = ...,
         cloud: _builtins.str = ...,
+        max_rate_eps: _builtins.float | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["type", b"type"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_max_rate_eps", b"_max_rate_eps", "max_rate_eps", b"max_rate_eps", "type", b"type"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["alert", b"alert", "cloud", b"cloud", "edge_router", b"edge_router", "interval_ms", b"interval_ms", "min_interval_ms", b"min_interval_ms", "priority", b"priority", "publisher", b"publisher", "type", b"type", "variable", b"variable", "variable_id", b"variable_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_rate_eps", b"_max_rate_eps", "alert", b"alert", "cloud", b"cloud", "edge_router", b"edge_router", "interval_ms", b"interval_ms", "max_rate_eps", b"max_rate_eps", "min_interval_ms", b"min_interval_ms", "priority", b"priority", "publisher", b"publisher", "type", b"type", "variable", b"variable", "variable_id", b"variable_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__max_rate_eps: _TypeAlias = _typing.Literal["max_rate_eps"]  # noqa: Y015
+    _WhichOneofArgType__max_rate_eps: _TypeAlias = _typing.Literal["_max_rate_eps", b"_max_rate_eps"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_rate_eps) -> _WhichOneofReturnType__max_rate_eps | None: ...
 
 Global___Publication: _TypeAlias = Publication  # noqa: Y015
 
@@ -216,6 +226,8 @@ class ModeQoS(_message.Message):
     LATENCY_MS_FIELD_NUMBER: _builtins.int
     REDUNDANCY_FIELD_NUMBER: _builtins.int
     PRIORITY_FIELD_NUMBER: _builtins.int
+    PRICE_FIELD_NUMBER: _builtins.int
+    BEST_EFFORT_FIELD_NUMBER: _builtins.int
     mode: _builtins.int
     """0..15"""
     interval_ms: _builtins.int
@@ -224,6 +236,12 @@ class ModeQoS(_message.Message):
     redundancy: _builtins.int
     """number of node-disjoint paths (>= 1)"""
     priority: _builtins.int
+    price: _builtins.float
+    """What one delivered event is worth to the subscriber (HAPS maxprice; unset = 1): overloaded
+    routers shed the lowest-valued events and links first (docs/overload.md).
+    """
+    best_effort: _builtins.bool
+    """no guarantee wanted: shed before every guaranteed stream"""
     def __init__(
         self,
         *,
@@ -232,12 +250,16 @@ class ModeQoS(_message.Message):
         latency_ms: _builtins.int = ...,
         redundancy: _builtins.int = ...,
         priority: _builtins.int = ...,
+        price: _builtins.float | None = ...,
+        best_effort: _builtins.bool = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_price", b"_price", "price", b"price"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["interval_ms", b"interval_ms", "latency_ms", b"latency_ms", "mode", b"mode", "priority", b"priority", "redundancy", b"redundancy"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_price", b"_price", "best_effort", b"best_effort", "interval_ms", b"interval_ms", "latency_ms", b"latency_ms", "mode", b"mode", "price", b"price", "priority", b"priority", "redundancy", b"redundancy"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__price: _TypeAlias = _typing.Literal["price"]  # noqa: Y015
+    _WhichOneofArgType__price: _TypeAlias = _typing.Literal["_price", b"_price"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__price) -> _WhichOneofReturnType__price | None: ...
 
 Global___ModeQoS: _TypeAlias = ModeQoS  # noqa: Y015
 
@@ -629,6 +651,7 @@ class SubscribeReply(_message.Message):
     PUB_INTERVAL_MS_FIELD_NUMBER: _builtins.int
     ALLOCATIONS_FIELD_NUMBER: _builtins.int
     REJECTION_FIELD_NUMBER: _builtins.int
+    ADMISSION_FIELD_NUMBER: _builtins.int
     admitted: _builtins.bool
     variable_id: _builtins.int
     pub_interval_ms: _builtins.int
@@ -644,6 +667,10 @@ class SubscribeReply(_message.Message):
     def rejection(self) -> Global___Rejection:
         """when not admitted"""
 
+    @_builtins.property
+    def admission(self) -> Global___AdmissionNote:
+        """what the admission controller decided, or why it was not asked"""
+
     def __init__(
         self,
         *,
@@ -653,14 +680,59 @@ class SubscribeReply(_message.Message):
         pub_interval_ms: _builtins.int = ...,
         allocations: _abc.Iterable[Global___Allocation] | None = ...,
         rejection: Global___Rejection | None = ...,
+        admission: Global___AdmissionNote | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["rejection", b"rejection", "subscription", b"subscription"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["admission", b"admission", "rejection", b"rejection", "subscription", b"subscription"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["admitted", b"admitted", "allocations", b"allocations", "pub_interval_ms", b"pub_interval_ms", "rejection", b"rejection", "subscription", b"subscription", "variable_id", b"variable_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["admission", b"admission", "admitted", b"admitted", "allocations", b"allocations", "pub_interval_ms", b"pub_interval_ms", "rejection", b"rejection", "subscription", b"subscription", "variable_id", b"variable_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___SubscribeReply: _TypeAlias = SubscribeReply  # noqa: Y015
+
+@_typing.final
+class AdmissionNote(_message.Message):
+    """The admission controller's part in a subscription (docs/admission.md)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CONSULTED_FIELD_NUMBER: _builtins.int
+    FALLBACK_FIELD_NUMBER: _builtins.int
+    DECIDED_BY_FIELD_NUMBER: _builtins.int
+    CONTROLLER_FIELD_NUMBER: _builtins.int
+    NOTE_FIELD_NUMBER: _builtins.int
+    DECISION_FIELD_NUMBER: _builtins.int
+    consulted: _builtins.bool
+    """the broker has a controller (--admission) and asked it"""
+    fallback: _builtins.bool
+    """the controller could not be reached: the broker's own reservation check decided"""
+    decided_by: _builtins.str
+    """"controller" or "broker" """
+    controller: _builtins.str
+    """HOST:PORT"""
+    note: _builtins.str
+    """human-readable: the decision, or why the broker fell back"""
+    @_builtins.property
+    def decision(self) -> _admission_pb2.AdmissionDecision:
+        """the controller's decision (reasons per hop), when it answered"""
+
+    def __init__(
+        self,
+        *,
+        consulted: _builtins.bool = ...,
+        fallback: _builtins.bool = ...,
+        decided_by: _builtins.str = ...,
+        controller: _builtins.str = ...,
+        note: _builtins.str = ...,
+        decision: _admission_pb2.AdmissionDecision | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["decision", b"decision"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["consulted", b"consulted", "controller", b"controller", "decided_by", b"decided_by", "decision", b"decision", "fallback", b"fallback", "note", b"note"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AdmissionNote: _TypeAlias = AdmissionNote  # noqa: Y015
 
 @_typing.final
 class UnsubscribeRequest(_message.Message):

@@ -86,6 +86,7 @@ class Channel(_message.Message):
     UP_FIELD_NUMBER: _builtins.int
     RTT_MS_FIELD_NUMBER: _builtins.int
     FLOOD_ALL_FIELD_NUMBER: _builtins.int
+    SHAPING_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """unique on this router, e.g. the neighbour's name"""
     peer_id: _builtins.int
@@ -106,6 +107,10 @@ class Channel(_message.Message):
     """read only"""
     flood_all: _builtins.bool
     """subscriber channels: deliver every flooded variable (flood-all subscription)"""
+    @_builtins.property
+    def shaping(self) -> Global___Shaping:
+        """read only in ListChannels; set with SetChannelShaping"""
+
     def __init__(
         self,
         *,
@@ -120,14 +125,82 @@ class Channel(_message.Message):
         up: _builtins.bool = ...,
         rtt_ms: _builtins.float = ...,
         flood_all: _builtins.bool = ...,
+        shaping: Global___Shaping | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["shaping", b"shaping"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["capacity", b"capacity", "flood_all", b"flood_all", "host", b"host", "kind", b"kind", "level", b"level", "mtu", b"mtu", "name", b"name", "peer_id", b"peer_id", "port", b"port", "rtt_ms", b"rtt_ms", "up", b"up"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["capacity", b"capacity", "flood_all", b"flood_all", "host", b"host", "kind", b"kind", "level", b"level", "mtu", b"mtu", "name", b"name", "peer_id", b"peer_id", "port", b"port", "rtt_ms", b"rtt_ms", "shaping", b"shaping", "up", b"up"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Channel: _TypeAlias = Channel  # noqa: Y015
+
+@_typing.final
+class Shaping(_message.Message):
+    """A token bucket at bandwidth_bps with value-based shedding of the queue (docs/overload.md)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BANDWIDTH_BPS_FIELD_NUMBER: _builtins.int
+    DROP_POLICY_FIELD_NUMBER: _builtins.int
+    DROP_START_MS_FIELD_NUMBER: _builtins.int
+    DROP_ALL_MS_FIELD_NUMBER: _builtins.int
+    WINDOW_MS_FIELD_NUMBER: _builtins.int
+    OVERHEAD_BYTES_FIELD_NUMBER: _builtins.int
+    bandwidth_bps: _builtins.float
+    """> 0; 0 in SetChannelShaping = stop shaping"""
+    drop_policy: _builtins.str
+    """red (default), value, tail, none"""
+    drop_start_ms: _builtins.float
+    """0 = default (500)"""
+    drop_all_ms: _builtins.float
+    """0 = default (1000); the queueing delay the channel keeps under"""
+    window_ms: _builtins.float
+    """0 = default (1000): the largest datagram is this much of the bandwidth"""
+    overhead_bytes: _builtins.int
+    """headers below each datagram counted by the bucket; unset = 28 (UDP/IPv4)"""
+    def __init__(
+        self,
+        *,
+        bandwidth_bps: _builtins.float = ...,
+        drop_policy: _builtins.str = ...,
+        drop_start_ms: _builtins.float = ...,
+        drop_all_ms: _builtins.float = ...,
+        window_ms: _builtins.float = ...,
+        overhead_bytes: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_overhead_bytes", b"_overhead_bytes", "overhead_bytes", b"overhead_bytes"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_overhead_bytes", b"_overhead_bytes", "bandwidth_bps", b"bandwidth_bps", "drop_all_ms", b"drop_all_ms", "drop_policy", b"drop_policy", "drop_start_ms", b"drop_start_ms", "overhead_bytes", b"overhead_bytes", "window_ms", b"window_ms"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__overhead_bytes: _TypeAlias = _typing.Literal["overhead_bytes"]  # noqa: Y015
+    _WhichOneofArgType__overhead_bytes: _TypeAlias = _typing.Literal["_overhead_bytes", b"_overhead_bytes"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__overhead_bytes) -> _WhichOneofReturnType__overhead_bytes | None: ...
+
+Global___Shaping: _TypeAlias = Shaping  # noqa: Y015
+
+@_typing.final
+class SetChannelShapingRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    SHAPING_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    @_builtins.property
+    def shaping(self) -> Global___Shaping: ...
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        shaping: Global___Shaping | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["shaping", b"shaping"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "shaping", b"shaping"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SetChannelShapingRequest: _TypeAlias = SetChannelShapingRequest  # noqa: Y015
 
 @_typing.final
 class AddChannelRequest(_message.Message):
@@ -248,6 +321,8 @@ class Route(_message.Message):
     PUB_INTERVAL_MS_FIELD_NUMBER: _builtins.int
     ALERT_FIELD_NUMBER: _builtins.int
     VERSION_FIELD_NUMBER: _builtins.int
+    PRICE_FIELD_NUMBER: _builtins.int
+    BEST_EFFORT_FIELD_NUMBER: _builtins.int
     route_id: _builtins.str
     """path id and redundant id of the subscription, unique per mode"""
     variable_id: _builtins.int
@@ -263,6 +338,12 @@ class Route(_message.Message):
     alert: _builtins.bool
     version: _builtins.int
     """a lower version than the installed one is ignored"""
+    price: _builtins.float
+    """What one delivered event of the route is worth (HAPS maxprice; unset = 1): under overload the
+    router sheds the lowest-valued events and links first (docs/overload.md).
+    """
+    best_effort: _builtins.bool
+    """not admitted with a guarantee: shed before every guaranteed route"""
     def __init__(
         self,
         *,
@@ -275,12 +356,16 @@ class Route(_message.Message):
         pub_interval_ms: _builtins.int = ...,
         alert: _builtins.bool = ...,
         version: _builtins.int = ...,
+        price: _builtins.float | None = ...,
+        best_effort: _builtins.bool = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_price", b"_price", "price", b"price"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["alert", b"alert", "channel", b"channel", "mode", b"mode", "priority", b"priority", "pub_interval_ms", b"pub_interval_ms", "route_id", b"route_id", "sub_interval_ms", b"sub_interval_ms", "variable_id", b"variable_id", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_price", b"_price", "alert", b"alert", "best_effort", b"best_effort", "channel", b"channel", "mode", b"mode", "price", b"price", "priority", b"priority", "pub_interval_ms", b"pub_interval_ms", "route_id", b"route_id", "sub_interval_ms", b"sub_interval_ms", "variable_id", b"variable_id", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__price: _TypeAlias = _typing.Literal["price"]  # noqa: Y015
+    _WhichOneofArgType__price: _TypeAlias = _typing.Literal["_price", b"_price"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__price) -> _WhichOneofReturnType__price | None: ...
 
 Global___Route: _TypeAlias = Route  # noqa: Y015
 
@@ -719,6 +804,12 @@ class ChannelStats(_message.Message):
     DROPS_FIELD_NUMBER: _builtins.int
     QUEUED_FIELD_NUMBER: _builtins.int
     RTT_MS_FIELD_NUMBER: _builtins.int
+    SHAPED_FIELD_NUMBER: _builtins.int
+    BANDWIDTH_BPS_FIELD_NUMBER: _builtins.int
+    QUEUE_DELAY_MS_FIELD_NUMBER: _builtins.int
+    REVENUE_FIELD_NUMBER: _builtins.int
+    DELIVERED_VALUE_FIELD_NUMBER: _builtins.int
+    DROP_POLICY_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     up: _builtins.bool
     events_in: _builtins.int
@@ -728,9 +819,19 @@ class ChannelStats(_message.Message):
     filtered: _builtins.int
     queued: _builtins.int
     rtt_ms: _builtins.float
+    shaped: _builtins.bool
+    """Shaped channels only (docs/overload.md):"""
+    bandwidth_bps: _builtins.float
+    queue_delay_ms: _builtins.float
+    """expected transmission delay of the queue now"""
+    revenue: _builtins.float
+    """HAPS Eq. 10 charges of the events sent (gain x value)"""
+    delivered_value: _builtins.float
+    """sum of the values (price sums) of the events sent"""
+    drop_policy: _builtins.str
     @_builtins.property
     def drops(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
-        """by reason: queue_full, link_down, send_error"""
+        """by reason: queue_full, link_down, send_error, link_overload, cpu_overload"""
 
     def __init__(
         self,
@@ -745,10 +846,16 @@ class ChannelStats(_message.Message):
         drops: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
         queued: _builtins.int = ...,
         rtt_ms: _builtins.float = ...,
+        shaped: _builtins.bool = ...,
+        bandwidth_bps: _builtins.float = ...,
+        queue_delay_ms: _builtins.float = ...,
+        revenue: _builtins.float = ...,
+        delivered_value: _builtins.float = ...,
+        drop_policy: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["datagrams_in", b"datagrams_in", "datagrams_sent", b"datagrams_sent", "drops", b"drops", "events_in", b"events_in", "events_sent", b"events_sent", "filtered", b"filtered", "name", b"name", "queued", b"queued", "rtt_ms", b"rtt_ms", "up", b"up"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bandwidth_bps", b"bandwidth_bps", "datagrams_in", b"datagrams_in", "datagrams_sent", b"datagrams_sent", "delivered_value", b"delivered_value", "drop_policy", b"drop_policy", "drops", b"drops", "events_in", b"events_in", "events_sent", b"events_sent", "filtered", b"filtered", "name", b"name", "queue_delay_ms", b"queue_delay_ms", "queued", b"queued", "revenue", b"revenue", "rtt_ms", b"rtt_ms", "shaped", b"shaped", "up", b"up"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -760,6 +867,26 @@ class RouterStats(_message.Message):
 
     @_typing.final
     class DropsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class ShedsEntry(_message.Message):
         DESCRIPTOR: _descriptor.Descriptor
 
         KEY_FIELD_NUMBER: _builtins.int
@@ -795,6 +922,13 @@ class RouterStats(_message.Message):
     BOOT_ID_FIELD_NUMBER: _builtins.int
     CONDENSATIONS_FIELD_NUMBER: _builtins.int
     FLOODED_VARIABLES_FIELD_NUMBER: _builtins.int
+    LOAD_FIELD_NUMBER: _builtins.int
+    PROCESSING_DELAY_US_FIELD_NUMBER: _builtins.int
+    SHEDDING_TIMEOUT_S_FIELD_NUMBER: _builtins.int
+    SHED_UNITS_FIELD_NUMBER: _builtins.int
+    SHED_GAIN_FIELD_NUMBER: _builtins.int
+    SHEDS_FIELD_NUMBER: _builtins.int
+    REVENUE_FIELD_NUMBER: _builtins.int
     router: _builtins.str
     router_id: _builtins.int
     role: _builtins.str
@@ -811,6 +945,20 @@ class RouterStats(_message.Message):
     uptime_s: _builtins.float
     boot_id: _builtins.str
     flooded_variables: _builtins.int
+    load: _builtins.float
+    """Overload handling (HAPS, docs/overload.md):
+    processing delay / inter-arrival time (Eqs. 1-2): > 1 falls behind
+    """
+    processing_delay_us: _builtins.float
+    """Delta(m), the moving average of the processing delay per event"""
+    shedding_timeout_s: _builtins.float
+    """Eq. 3 (floored): least time between two shed/reintegrate actions"""
+    shed_units: _builtins.int
+    """links (a channel's best-effort or guaranteed routes) shed now"""
+    shed_gain: _builtins.float
+    """Eq. 5's G_l1 now"""
+    revenue: _builtins.float
+    """Eq. 10 charges on shaped channels"""
     @_builtins.property
     def drops(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
         """router-level drops by reason (malformed, unknown_variable, ...)"""
@@ -819,6 +967,10 @@ class RouterStats(_message.Message):
     def channels(self) -> _containers.RepeatedCompositeFieldContainer[Global___ChannelStats]: ...
     @_builtins.property
     def condensations(self) -> _containers.RepeatedCompositeFieldContainer[_condensation_pb2.CondensationStatus]: ...
+    @_builtins.property
+    def sheds(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """shed / reintegrated actions and notices sent by reason/action"""
+
     def __init__(
         self,
         *,
@@ -839,10 +991,17 @@ class RouterStats(_message.Message):
         boot_id: _builtins.str = ...,
         condensations: _abc.Iterable[_condensation_pb2.CondensationStatus] | None = ...,
         flooded_variables: _builtins.int = ...,
+        load: _builtins.float = ...,
+        processing_delay_us: _builtins.float = ...,
+        shedding_timeout_s: _builtins.float = ...,
+        shed_units: _builtins.int = ...,
+        shed_gain: _builtins.float = ...,
+        sheds: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+        revenue: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["boot_id", b"boot_id", "channels", b"channels", "condensations", b"condensations", "cpu_seconds", b"cpu_seconds", "current_mode", b"current_mode", "datagrams_in", b"datagrams_in", "drops", b"drops", "events_filtered", b"events_filtered", "events_forwarded", b"events_forwarded", "events_in", b"events_in", "flooded_variables", b"flooded_variables", "role", b"role", "router", b"router", "router_id", b"router_id", "table_version", b"table_version", "uptime_s", b"uptime_s", "variant", b"variant"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["boot_id", b"boot_id", "channels", b"channels", "condensations", b"condensations", "cpu_seconds", b"cpu_seconds", "current_mode", b"current_mode", "datagrams_in", b"datagrams_in", "drops", b"drops", "events_filtered", b"events_filtered", "events_forwarded", b"events_forwarded", "events_in", b"events_in", "flooded_variables", b"flooded_variables", "load", b"load", "processing_delay_us", b"processing_delay_us", "revenue", b"revenue", "role", b"role", "router", b"router", "router_id", b"router_id", "shed_gain", b"shed_gain", "shed_units", b"shed_units", "shedding_timeout_s", b"shedding_timeout_s", "sheds", b"sheds", "table_version", b"table_version", "uptime_s", b"uptime_s", "variant", b"variant"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -50,6 +50,11 @@ class RouterControlStub:
                 request_serializer=gridstat_dot_v1_dot_router__pb2.UpdateChannelRequest.SerializeToString,
                 response_deserializer=gridstat_dot_v1_dot_router__pb2.AddChannelReply.FromString,
                 _registered_method=True)
+        self.SetChannelShaping = channel.unary_unary(
+                '/gridstat.v1.RouterControl/SetChannelShaping',
+                request_serializer=gridstat_dot_v1_dot_router__pb2.SetChannelShapingRequest.SerializeToString,
+                response_deserializer=gridstat_dot_v1_dot_router__pb2.AddChannelReply.FromString,
+                _registered_method=True)
         self.InstallRoutes = channel.unary_unary(
                 '/gridstat.v1.RouterControl/InstallRoutes',
                 request_serializer=gridstat_dot_v1_dot_router__pb2.InstallRoutesRequest.SerializeToString,
@@ -162,6 +167,15 @@ class RouterControlServicer:
     def UpdateChannel(self, request, context):
         """Change a channel's flooding attributes (level, flood_all) in place: its routes and queues stay,
         so turning a flood-all subscription on or off never interrupts the channel's other streams.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetChannelShaping(self, request, context):
+        """Shape an outgoing channel to a bandwidth with a token bucket and value-based message shedding
+        (modified RED, HAPS; docs/overload.md), or stop shaping it (bandwidth_bps = 0). Its routes and
+        queued events stay.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -310,6 +324,11 @@ def add_RouterControlServicer_to_server(servicer, server):
             'UpdateChannel': grpc.unary_unary_rpc_method_handler(
                     servicer.UpdateChannel,
                     request_deserializer=gridstat_dot_v1_dot_router__pb2.UpdateChannelRequest.FromString,
+                    response_serializer=gridstat_dot_v1_dot_router__pb2.AddChannelReply.SerializeToString,
+            ),
+            'SetChannelShaping': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetChannelShaping,
+                    request_deserializer=gridstat_dot_v1_dot_router__pb2.SetChannelShapingRequest.FromString,
                     response_serializer=gridstat_dot_v1_dot_router__pb2.AddChannelReply.SerializeToString,
             ),
             'InstallRoutes': grpc.unary_unary_rpc_method_handler(
@@ -483,6 +502,33 @@ class RouterControl:
             target,
             '/gridstat.v1.RouterControl/UpdateChannel',
             gridstat_dot_v1_dot_router__pb2.UpdateChannelRequest.SerializeToString,
+            gridstat_dot_v1_dot_router__pb2.AddChannelReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetChannelShaping(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gridstat.v1.RouterControl/SetChannelShaping',
+            gridstat_dot_v1_dot_router__pb2.SetChannelShapingRequest.SerializeToString,
             gridstat_dot_v1_dot_router__pb2.AddChannelReply.FromString,
             options,
             channel_credentials,

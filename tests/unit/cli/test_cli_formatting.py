@@ -152,3 +152,28 @@ def test_routes_data_and_view() -> None:
     assert "0 (alert)" in text and "0.42" in text and "s1/0" in text
     empty = render(fmt.routes_view(fmt.routes_data("r1", "a:1", rpb.ListRoutesReply(), rpb.ListChannelsReply())))
     assert "no routes" in empty and "no channels" in empty
+
+
+def test_admission_note_in_replies_and_rejections() -> None:
+    from gridstat.v1 import admission_pb2 as apb
+
+    reply = admitted_reply()
+    reply.admission.CopyFrom(bpb.AdmissionNote(consulted=True, fallback=True, decided_by="broker",
+                                               controller="127.0.0.1:7800",
+                                               note="admission controller 127.0.0.1:7800 unreachable: admitted by the "
+                                                    "leaf broker's own reservation check alone"))
+    d = fmt.admission_data(reply)
+    assert d["admission"]["fallback"] and "unreachable" in render(fmt.admission_view(d))
+    refused = bpb.SubscribeReply(admitted=False, rejection=bpb.Rejection(reason="CapacityExceeded", message="full"),
+                                 admission=bpb.AdmissionNote(consulted=True, decided_by="controller", note="full",
+                                                             decision=apb.AdmissionDecision(reason="CapacityExceeded",
+                                                                                            hops=[apb.HopVerdict(
+                                                                 router="e1", link="e1>i1", resource="memory",
+                                                                 required=4012, available=2279, ok=False)])))
+    lines = fmt.rejection_lines(fmt.rejection_from_reply(refused))
+    assert lines[0] == "rejected: CapacityExceeded"
+    assert any(line.startswith("admission: decided by the controller") for line in lines)
+    assert "  hop e1 (e1>i1, mode 0): memory needs 4012, 2279 left" in lines
+    sub = fmt.subscription_request("pmu/freq", subscriber="ops", edge="e2", interval_ms=100, latency_ms=50,
+                                   price=7.5, best_effort=True)
+    assert sub.qos[0].price == 7.5 and sub.qos[0].best_effort

@@ -219,7 +219,7 @@ def test_bad_magic_version_kind() -> None:
     assert reason_of(with_header(data, magic=0x4754)) is DropReason.BAD_MAGIC
     assert reason_of(with_header(data, version=0)) is DropReason.BAD_VERSION
     assert reason_of(with_header(data, version=2)) is DropReason.BAD_VERSION
-    for kind in (0, 5, 255):
+    for kind in (0, 6, 255):  # 5 is the shed notice
         assert reason_of(with_header(data, kind=kind)) is DropReason.BAD_KIND
     # an unknown kind is bad_kind whatever its tag_len says (same order as the router)
     assert reason_of(with_header(data, kind=9, tag_len=200)) is DropReason.BAD_KIND

@@ -118,7 +118,7 @@ MALFORMED: dict[str, tuple[bytes, DropReason]] = {
     "bad magic": (with_header(dgram(), magic=0x1234), DropReason.BAD_MAGIC),
     "bad version": (with_header(dgram(), version=2), DropReason.BAD_VERSION),
     "version 0": (with_header(dgram(), version=0), DropReason.BAD_VERSION),
-    "bad kind": (with_header(dgram(), kind=5), DropReason.BAD_KIND),
+    "bad kind": (with_header(dgram(), kind=6), DropReason.BAD_KIND),
     "bad kind big tag": (with_header(dgram(), kind=0, tag_len=200), DropReason.BAD_KIND),
     "tag_len too large": (with_header(dgram(tag=b"T" * 64), tag_len=65), DropReason.MALFORMED),
     "zero count": (with_header(dgram(), count=0), DropReason.MALFORMED),

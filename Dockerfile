@@ -1,0 +1,42 @@
+# One image for every GridStat role: `gridstat router|broker|parent|condense host|...` and
+# `gridstat-operator`. Built by scripts/build-image.sh from a Debian base made locally with
+# debootstrap (local/debian:bookworm): no registry is needed. Python packages come from PyPI,
+# pinned by services/constraints.txt.
+#
+# Two stages: the builder trusts the build host's extra CA certificates (deploy/image/ca/, filled
+# in the build context by build-image.sh; empty in git) to reach PyPI; the image itself does not.
+ARG BASE=local/debian:bookworm
+
+FROM ${BASE} AS builder
+ENV DEBIAN_FRONTEND=noninteractive PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PATH=/opt/gridstat/bin:$PATH
+RUN apt-get update -q \
+    && apt-get install -y -q --no-install-recommends python3 python3-venv ca-certificates \
+    && python3 -m venv /opt/gridstat
+COPY deploy/image/ca/ /usr/local/share/ca-certificates/
+RUN update-ca-certificates >/dev/null
+ENV PIP_CERT=/etc/ssl/certs/ca-certificates.crt
+# Dependencies first (a layer that changes only with the pins), then the code.
+COPY services/pyproject.toml services/constraints.txt /src/services/
+COPY operator/pyproject.toml /src/operator/
+RUN python3 -c 'import tomllib; \
+deps = [d for p in ("/src/services/pyproject.toml", "/src/operator/pyproject.toml") \
+        for d in (lambda t: t["dependencies"] + t.get("optional-dependencies", {}).get("fast", []))( \
+            tomllib.load(open(p, "rb"))["project"]) if not d.startswith("gridstat")]; \
+print("\n".join(deps))' > /tmp/requirements.txt \
+    && pip install -q -c /src/services/constraints.txt -r /tmp/requirements.txt
+COPY services /src/services
+COPY operator /src/operator
+RUN pip install -q --no-deps /src/services /src/operator
+
+FROM ${BASE}
+ENV DEBIAN_FRONTEND=noninteractive PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PATH=/opt/gridstat/bin:$PATH
+RUN apt-get update -q \
+    && apt-get install -y -q --no-install-recommends python3 ca-certificates tini \
+    && rm -rf /var/lib/apt/lists/* \
+    && useradd --system --uid 10001 --home-dir /var/lib/gridstat --create-home gridstat
+COPY --from=builder /opt/gridstat /opt/gridstat
+RUN gridstat --help >/dev/null && python3 -c "import gridstat_operator.handlers"
+USER 10001:10001
+WORKDIR /var/lib/gridstat
+ENTRYPOINT ["/usr/bin/tini", "--"]
+CMD ["gridstat", "--help"]

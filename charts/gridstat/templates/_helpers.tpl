@@ -1,0 +1,186 @@
+{{/*
+Names. input: the root context. output: a DNS-1123 name of at most 63 characters.
+*/}}
+{{- define "gridstat.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "gridstat.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The utility's name: .Values.utility or the release name. */}}
+{{- define "gridstat.utility" -}}
+{{- default .Release.Name .Values.utility -}}
+{{- end -}}
+
+{{/*
+Object name of one role (and cloud). input: (dict "root" $ "role" "broker" "cloud" "A"); output: e.g. rel-gridstat-broker-a
+*/}}
+{{- define "gridstat.roleName" -}}
+{{- $base := printf "%s-%s" (include "gridstat.fullname" .root) .role -}}
+{{- if .cloud -}}
+{{- printf "%s-%s" $base (.cloud | lower) | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $base | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Labels on every object. input: the root context. */}}
+{{- define "gridstat.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+app.kubernetes.io/name: {{ include "gridstat.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: gridstat
+gridstat.io/utility: {{ include "gridstat.utility" . }}
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/*
+Selector labels of one role (and cloud). input: (dict "root" $ "role" "router" "cloud" "A").
+*/}}
+{{- define "gridstat.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "gridstat.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .role }}
+{{- if .cloud }}
+gridstat.io/cloud: {{ .cloud | quote }}
+{{- end }}
+{{- end -}}
+
+{{/* The image. input: the root context. */}}
+{{- define "gridstat.image" -}}
+{{- printf "%s:%s" .Values.image.repository .Values.image.tag -}}
+{{- end -}}
+
+{{/* In-cluster address of a cloud's leaf broker. input: (dict "root" $ "cloud" "A"). */}}
+{{- define "gridstat.brokerAddress" -}}
+{{- printf "%s.%s.svc:%d" (include "gridstat.roleName" (dict "root" .root "role" "broker" "cloud" .cloud)) .root.Release.Namespace (int .root.Values.broker.port) -}}
+{{- end -}}
+
+{{/* In-cluster address of the parent broker. input: the root context. */}}
+{{- define "gridstat.parentAddress" -}}
+{{- printf "%s.%s.svc:%d" (include "gridstat.roleName" (dict "root" . "role" "parent")) .Release.Namespace (int .Values.broker.port) -}}
+{{- end -}}
+
+{{/* GRIDSTAT_BROKERS for the operator: CLOUD=HOST:PORT,... */}}
+{{- define "gridstat.brokerList" -}}
+{{- $root := . -}}
+{{- $out := list -}}
+{{- range .Values.clouds -}}
+{{- $out = append $out (printf "%s=%s" .name (include "gridstat.brokerAddress" (dict "root" $root "cloud" .name))) -}}
+{{- end -}}
+{{- join "," $out -}}
+{{- end -}}
+
+{{/* The root broker: the parent when there is one, else the first cloud's leaf. */}}
+{{- define "gridstat.rootBroker" -}}
+{{- if .Values.parent.enabled -}}
+{{- include "gridstat.parentAddress" . -}}
+{{- else -}}
+{{- include "gridstat.brokerAddress" (dict "root" . "cloud" (index .Values.clouds 0).name) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Pod-level settings shared by every role. input: (dict "root" $ "sa" "operator"). */}}
+{{- define "gridstat.podCommon" -}}
+serviceAccountName: {{ include "gridstat.roleName" (dict "root" .root "role" .sa) }}
+securityContext:
+  {{- toYaml .root.Values.podSecurityContext | nindent 2 }}
+{{- with .root.Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* TLS volume and flags. */}}
+{{- define "gridstat.tlsVolume" -}}
+{{- if .Values.tls.enabled }}
+- name: tls
+  secret:
+    secretName: {{ .Values.tls.secretName }}
+{{- end }}
+{{- end -}}
+{{- define "gridstat.tlsMount" -}}
+{{- if .Values.tls.enabled }}
+- name: tls
+  mountPath: /etc/gridstat/tls
+  readOnly: true
+{{- end }}
+{{- end -}}
+
+{{/*
+Cross-field checks, gathered and reported once (Bitnami's validateValues). Each message names the
+key and the fix. Called from NOTES.txt and from the operator's Deployment, so it runs on template and install.
+*/}}
+{{- define "gridstat.validateValues" -}}
+{{- $messages := list -}}
+{{- $messages = append $messages (include "gridstat.validateValues.clouds" .) -}}
+{{- $messages = append $messages (include "gridstat.validateValues.parent" .) -}}
+{{- $messages = append $messages (include "gridstat.validateValues.tls" .) -}}
+{{- $messages = append $messages (include "gridstat.validateValues.condensationHost" .) -}}
+{{- $messages = without $messages "" -}}
+{{- if $messages -}}
+{{- printf "\nVALUES VALIDATION:\n%s" (join "\n" $messages) | fail -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "gridstat.validateValues.clouds" -}}
+{{- $ids := dict -}}
+{{- $clouds := dict -}}
+{{- range $c := .Values.clouds -}}
+{{- if hasKey $clouds $c.name -}}
+clouds: cloud {{ $c.name | quote }} appears twice; give each cloud its own name.
+{{ end -}}
+{{- $_ := set $clouds $c.name true -}}
+{{- $names := dict -}}
+{{- range $r := $c.routers -}}
+{{- if hasKey $ids (toString $r.id) -}}
+clouds[{{ $c.name }}].routers: router id {{ $r.id }} is used twice; router ids are unique in the utility.
+{{ end -}}
+{{- $_ := set $ids (toString $r.id) true -}}
+{{- $_ := set $names $r.name true -}}
+{{- end -}}
+{{- range $l := $c.links -}}
+{{- if not (and (hasKey $names $l.a) (hasKey $names $l.b)) -}}
+clouds[{{ $c.name }}].links: link {{ $l.a }}-{{ $l.b }} names a router the cloud does not have.
+{{ end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "gridstat.validateValues.parent" -}}
+{{- if and (gt (len .Values.clouds) 1) (not .Values.parent.enabled) -}}
+parent.enabled: {{ len .Values.clouds }} clouds need a parent broker for inter-cloud subscriptions and mode changes; set parent.enabled=true.
+{{- end -}}
+{{- end -}}
+
+{{- define "gridstat.validateValues.tls" -}}
+{{- if and .Values.tls.enabled (not .Values.tls.secretName) -}}
+tls.secretName: tls.enabled=true needs a Secret with tls.crt, tls.key and ca.crt; set tls.secretName.
+{{- end -}}
+{{- end -}}
+
+{{- define "gridstat.validateValues.condensationHost" -}}
+{{- if .Values.condensationHost.enabled -}}
+{{- $cloud := default (index .Values.clouds 0).name .Values.condensationHost.cloud -}}
+{{- $found := false -}}
+{{- range .Values.clouds }}{{ if eq .name $cloud }}{{ $found = true }}{{ end }}{{ end -}}
+{{- if not $found -}}
+condensationHost.cloud: cloud {{ $cloud | quote }} is not in clouds.
+{{- end -}}
+{{- end -}}
+{{- end -}}

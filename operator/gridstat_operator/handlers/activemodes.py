@@ -1,0 +1,141 @@
+"""ActiveMode resources -> ChangeMode at the root broker, with every phase's timing in status.
+
+``spec.mode`` names the Mode to make current. A change runs in two kopf steps so the API shows
+it: ``activemode_begin`` marks it ``Switching`` (persisted at once), ``activemode_switch`` asks the
+root broker for GridStat's five-phase change and records each cloud's phases (warn, prepare,
+switch-internal, switch-edge, commit) with their durations. Asking for the current mode is a
+no-op at the brokers, so a restart or a replay changes nothing. A timer reports a mode changed
+outside Kubernetes (``gridstat mode change``) without fighting it: the last command wins, as in
+GridStat.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+import kopf
+
+from gridstat.v1 import broker_pb2 as bpb
+from gridstat_operator import brokers as brokering
+from gridstat_operator import conditions, plan, resources
+from gridstat_operator.conditions import Condition
+from gridstat_operator.handlers import common
+
+G, P = resources.GROUP, resources.ACTIVE_MODES
+
+
+@kopf.index(G, P)
+def activemode_index(*, namespace: str | None, body: kopf.Body, **_: Any) -> dict[str, str]:
+    """The mode each ActiveMode asks for, by namespace (a Mode asked for is not deleted)."""
+    return {namespace or "": str((body.get("spec") or {}).get("mode", ""))}
+
+
+def _target(body: kopf.Body, mode_index: Any) -> plan.ModeRef:
+    namespace = body.metadata.namespace or ""
+    return plan.plan_mode_change(body.get("spec") or {}, common.modes_of(namespace, mode_index))
+
+
+@kopf.on.resume(G, P)
+@kopf.on.create(G, P)
+@kopf.on.update(G, P)
+async def activemode_begin(
+        *,
+        body: kopf.Body,
+        patch: kopf.Patch,
+        mode_index: kopf.Index[str, plan.ModeRef] | None = None,
+        **_: Any,
+) -> None:
+    """When an ActiveMode is set or changed: check the target and mark the switch as started."""
+    try:
+        target = _target(body, mode_index)
+    except plan.SpecError as exc:
+        _failed(body, patch, exc.reason, str(exc))
+        return
+    ready = Condition(conditions.READY, False, "Switching", f"switching to mode {target.name!r} ({target.id})")
+    if ((body.get("status") or {}).get("currentMode") == target.name and conditions.is_ready(body)):
+        return  # a replay or a resume of what is already done
+    conditions.write_status(patch, body, [ready], phase="Switching", startedAt=conditions.now_text(),
+                            finishedAt=None)
+
+
+@kopf.on.resume(G, P)
+@kopf.on.create(G, P)
+@kopf.on.update(G, P)
+async def activemode_switch(
+        *,
+        body: kopf.Body,
+        patch: kopf.Patch,
+        retry: int,
+        memo: kopf.Memo,
+        mode_index: kopf.Index[str, plan.ModeRef] | None = None,
+        **_: Any,
+) -> None:
+    """When an ActiveMode is set or changed: run the mode change at the root broker."""
+    try:
+        target = _target(body, mode_index)
+    except plan.SpecError:
+        return  # activemode_begin reported it
+    b = common.brokers(memo)
+    started = datetime.datetime.now(datetime.UTC)
+    try:
+        async with common.lock(memo, body):
+            reply = await b.call(b.config.root_broker, "ChangeMode", bpb.ChangeModeRequest(mode=target.id),
+                                 timeout_s=max(30.0, b.config.timeout_s))
+    except brokering.BrokerError as exc:
+        if exc.retriable:
+            ready = Condition(conditions.READY, False, exc.reason, f"{exc} (retrying)")
+            common.decided(body, ready, reason=exc.reason, message=ready.message, warning=True)
+            conditions.write_status(patch, body, [ready], phase="Pending")
+            raise kopf.TemporaryError(f"{exc.reason}: {exc}", delay=common.backoff_s(retry)) from None
+        _failed(body, patch, exc.reason, str(exc))
+        return
+    names = common.mode_names(common.modes_of(body.metadata.namespace or "", mode_index))
+    previous = names.get(reply.previous_mode, str(reply.previous_mode))
+    phases = [{"cloud": p.cloud, "phase": p.phase, "name": p.name, "routers": p.routers,
+               "durationMs": round(p.duration_ms, 3)} for p in reply.phases]
+    if reply.changed:
+        message = (f"mode {previous} -> {target.name} in {reply.duration_ms:.1f} ms "
+                   f"({', '.join(reply.clouds) or 'no cloud'}; {len(phases)} phase(s))")
+    else:
+        message = f"mode {target.name} was already current"
+    ready = Condition(conditions.READY, True, "ModeActive", message)
+    kopf.info(body, reason="ModeChanged" if reply.changed else "ModeActive", message=message)
+    fields: dict[str, Any] = {"phase": "Active", "currentMode": target.name, "currentModeId": target.id,
+                              "changed": bool(reply.changed), "finishedAt": conditions.now_text()}
+    if reply.changed:  # a replay (no-op at the brokers) keeps the last real change's record
+        fields.update(previousMode=previous, phases=phases, clouds=list(reply.clouds),
+                      durationMs=round(reply.duration_ms, 3),
+                      startedAt=(body.get("status") or {}).get("startedAt") or conditions.now_text(started))
+    conditions.write_status(patch, body, [ready], **fields)
+
+
+@kopf.timer(G, P, interval=15.0, initial_delay=10.0, idle=5.0)
+async def activemode_watch(
+        *,
+        body: kopf.Body,
+        patch: kopf.Patch,
+        memo: kopf.Memo,
+        **_: Any,
+) -> None:
+    """Every few seconds: report when the brokers' current mode is not the one asked for."""
+    status = body.get("status") or {}
+    if status.get("phase") != "Active":
+        return
+    b = common.brokers(memo)
+    try:
+        reply = await b.call(b.config.root_broker, "ListModes", bpb.ListModesRequest())
+    except brokering.BrokerError:
+        return  # the next change or check will say so; a down broker keeps its mode
+    if reply.current_mode != status.get("currentModeId") and not reply.changing:
+        ready = Condition(conditions.READY, False, "ModeChangedOutside",
+                          f"the brokers are in mode {reply.current_mode}, not {status.get('currentMode')!r}: "
+                          "changed outside Kubernetes; set spec.mode to re-apply")
+        common.decided(body, ready, reason="ModeChangedOutside", message=ready.message, warning=True)
+        conditions.write_status(patch, body, [ready], phase="Active")
+
+
+def _failed(body: kopf.Body, patch: kopf.Patch, reason: str, message: str) -> None:
+    ready = Condition(conditions.READY, False, reason, message)
+    common.decided(body, ready, reason=reason, message=message, warning=True)
+    conditions.write_status(patch, body, [ready], phase="Failed", finishedAt=conditions.now_text())

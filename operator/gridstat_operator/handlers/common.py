@@ -1,0 +1,75 @@
+"""What the handlers share: the per-object lock, the retry delay, events on decisions, indexes."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import kopf
+
+from gridstat_operator import brokers as brokering
+from gridstat_operator import conditions, plan, resources
+from gridstat_operator import config as configs
+
+#: Longest wait between two attempts at a resource whose broker does not answer.
+MAX_RETRY_DELAY_S = 60.0
+
+
+def backoff_s(retry: int) -> float:
+    """1, 2, 4 ... 60 s: the delay before attempt ``retry + 1`` (kopf counts retries from 0)."""
+    return min(MAX_RETRY_DELAY_S, float(2 ** min(retry, 6)))
+
+
+def brokers(memo: Any) -> brokering.Brokers:
+    """The operator's broker client, made at start-up (``operating.operator_startup``)."""
+    if getattr(memo, "brokers", None) is None:  # a handler ran before start-up finished (tests)
+        memo.brokers = brokering.Brokers(configs.OperatorConfig.from_env())
+    return memo.brokers  # type: ignore[no-any-return]
+
+
+def lock(memo: Any, body: Mapping[str, Any]) -> asyncio.Lock:
+    """One lock per object: a timer and a change handler of one resource never run at once."""
+    locks: dict[str, asyncio.Lock] = memo.setdefault("locks", {})
+    uid = str(body.get("metadata", {}).get("uid", ""))
+    return locks.setdefault(uid, asyncio.Lock())
+
+
+def forget(memo: Any, body: Mapping[str, Any]) -> None:
+    uid = str(body.get("metadata", {}).get("uid", ""))
+    memo.setdefault("locks", {}).pop(uid, None)
+    memo.setdefault("checked", {}).pop(uid, None)
+
+
+def paused(body: Mapping[str, Any]) -> bool:
+    """Strimzi's pause annotation: ``gridstat.io/pause-reconciliation: "true"``."""
+    annotations = body.get("metadata", {}).get("annotations") or {}
+    return str(annotations.get(resources.PAUSE_ANNOTATION, "")).lower() == "true"
+
+
+def decided(
+        body: Any,
+        ready: conditions.Condition,
+        *,
+        reason: str,
+        message: str,
+        warning: bool = False,
+        always: bool = False,
+) -> None:
+    """Post an event for a decision, once: when the Ready condition's reason or status moves
+    (or ``always``), so a periodic check that finds nothing new posts nothing."""
+    old = conditions.condition(body, conditions.READY)
+    if not always and old is not None and old.get("reason") == ready.reason \
+            and old.get("status") == ready.status_text and old.get("message") == ready.message:
+        return
+    (kopf.warn if warning else kopf.info)(body, reason=reason, message=message[:1024])
+
+
+def modes_of(namespace: str, index: Any) -> dict[str, plan.ModeRef]:
+    """The Modes of ``namespace`` from kopf's index (plus ``normal``)."""
+    refs: Iterable[plan.ModeRef] = index.get(namespace, []) if index is not None else []
+    return plan.known_modes(refs)
+
+
+def mode_names(modes: Mapping[str, plan.ModeRef]) -> dict[int, str]:
+    return {m.id: m.name for m in modes.values()}

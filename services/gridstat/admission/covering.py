@@ -1,0 +1,328 @@
+"""The extended advertisement covering graph and a subscription's resource requirement (RacsCBPS 3.2-3.4).
+
+Each publisher declares in its advertisement its maximum publishing rate ``V_pmax`` (events/s). The
+controller keeps the advertisements' filters in a covering graph (a DAG: a node may sit under two
+parents) whose nodes carry two extra fields:
+
+* ``count``: how many advertisements the node's filter covers, its own included;
+* ``rate``:  the sum of their ``V_pmax``, the most events/s that can match the node's filter.
+
+Reference semantics (the invariant the tests check after every operation): ``rate(N)`` is the sum of
+``V_pmax`` over the *distinct* advertisements whose filter ``N`` covers, each counted once however
+many paths lead to it; ``count(N)`` is their number.
+
+advertise (3.2): (a) an identical filter exists: that node and each of its ancestors, once each,
+gain ``V_pmax`` and 1. (b) Otherwise a node M is created under its direct predecessors and above its
+direct successors T. Summing the successors' rates double counts descendants shared by several of
+them (a node under two parents); the paper's correction ``d_rate`` removes exactly that excess:
+
+    M.rate  = V_pmax + sum_{t in T} t.rate  - d_rate
+    d_rate  = sum_{t in T} t.rate - sum_{n in D} own(n),   D = the distinct nodes under T (T included)
+
+(and the same for ``count``), then every ancestor of M gains ``V_pmax`` and 1, once each.
+
+unadvertise (3.3): the inverse; a node whose own advertisements are all gone is removed and its
+children are re-linked under its parents where no other path joins them (ours: the paper removes
+only a node that carried the advertisement alone; keeping a multiset of own advertisements per
+node is the safer form the brief suggests).
+
+Requirement (3.4, Eq. 2, Theorem 1): a subscription whose filter is a node needs exactly that
+node's rate. Otherwise, with S its direct predecessors (the tightest nodes covering it) and T its
+direct successors (the widest nodes it covers), it needs at least the events of any t and at most
+those of any s:
+
+    minRate = max_{t in T} t.rate      maxRate = min_{s in S} s.rate            (and the counts)
+
+Where S is empty (nothing covers the filter) we bound by the advertisements the filter overlaps at
+all, which is also a valid upper bound when S is not empty, so the smaller of the two is used
+(ours; the paper leaves S = {} open). A filter that overlaps no advertisement covers nothing:
+:class:`NoMatchingAdvertisement`. GridStat's rate filter adds one more bound (ours): a subscription
+at interval ``s`` receives at most one event per interval from each covered advertisement, so the
+upper bound is also ``maxCount * 1000/s`` and the lower ``min(minRate, 1000/s)``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from gridstat.admission.filters import Filter
+from gridstat.errors import DuplicateName, GridStatError, NotFound, ValidationError
+
+#: The largest V_pmax one advertisement may declare (events/s): a PMU sends at most 240/s; a bound
+#: far above any real publisher, so a mistyped or hostile value is refused, not summed.
+MAX_RATE_EPS = 1_000_000.0
+class InvalidAdvertisement(ValidationError):
+    """An advertisement with a rate that is negative, zero, not finite or absurdly large."""
+
+    reason = "InvalidAdvertisement"
+
+
+class NoMatchingAdvertisement(GridStatError):
+    """A subscription filter that no advertisement can feed: it covers nothing."""
+
+    reason = "NoMatchingAdvertisement"
+
+
+def check_rate(rate_eps: float, *, what: str = "advertisement") -> float:
+    try:
+        rate = float(rate_eps)
+    except (TypeError, ValueError):
+        raise InvalidAdvertisement(f"{what} rate {rate_eps!r} is not a number", field="max_rate_eps") from None
+    if not math.isfinite(rate) or rate <= 0:
+        raise InvalidAdvertisement(f"{what} rate {rate_eps!r} must be a finite number of events/s above 0",
+                                   field="max_rate_eps")
+    if rate > MAX_RATE_EPS:
+        raise InvalidAdvertisement(f"{what} rate {rate:g} events/s is absurd (more than {MAX_RATE_EPS:g})",
+                                   field="max_rate_eps")
+    return rate
+
+
+@dataclass
+class Node:
+    """One filter of the graph with the advertisements declared with exactly that filter."""
+
+    filter: Filter
+    #: Advertisement id -> its V_pmax, for the advertisements whose filter is this node's.
+    own: dict[str, float] = field(default_factory=dict)
+    rate: float = 0.0
+    count: int = 0
+    parents: set[str] = field(default_factory=set)
+    children: set[str] = field(default_factory=set)
+
+    @property
+    def key(self) -> str:
+        return self.filter.key
+
+    @property
+    def own_rate(self) -> float:
+        return sum(self.own.values())
+
+
+@dataclass(frozen=True)
+class Insertion:
+    """What ``advertise`` did: the node, whether it was new, and the successor correction applied."""
+
+    node: str
+    created: bool
+    d_rate: float = 0.0
+    d_count: int = 0
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """Theorem 1: the events/s (and publishers) a subscription filter needs lie in these intervals."""
+
+    min_rate: float
+    max_rate: float
+    min_count: int
+    max_count: int
+    #: True when the filter is a node of the graph (the declared-rate bounds coincide).
+    exact: bool
+    predecessors: tuple[str, ...] = ()
+    successors: tuple[str, ...] = ()
+
+    def bound(self, upper: bool) -> float:
+        return self.max_rate if upper else self.min_rate
+
+
+class AdvertisementGraph:
+    """The covering DAG of advertisement filters with ``rate`` and ``count`` per node."""
+
+    def __init__(self) -> None:
+        self._nodes: dict[str, Node] = {}
+        #: Advertisement id -> (node key, V_pmax).
+        self._ads: dict[str, tuple[str, float]] = {}
+        #: Bumped by every change.
+        self.version = 0
+
+    # -- reading -------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._nodes)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._nodes
+
+    def node(self, key: str | Filter) -> Node:
+        k = key.key if isinstance(key, Filter) else key
+        try:
+            return self._nodes[k]
+        except KeyError:
+            raise NotFound(f"no advertisement node {k!r}", field="filter") from None
+
+    def nodes(self) -> Iterator[Node]:
+        return iter(list(self._nodes.values()))
+
+    def advertisements(self) -> dict[str, tuple[str, float]]:
+        return dict(self._ads)
+
+    @property
+    def total_rate(self) -> float:
+        return sum(rate for _, rate in self._ads.values())
+
+    def roots(self) -> list[Node]:
+        return [n for n in self._nodes.values() if not n.parents]
+
+    # -- advertise / unadvertise -----------------------------------------------------------------
+    def advertise(self, advertisement_id: str, filt: Filter, rate_eps: float) -> Insertion:
+        """Add one advertisement (3.2)."""
+        if not advertisement_id:
+            raise ValidationError("advertisement id must not be empty", field="advertisement_id")
+        rate = check_rate(rate_eps)
+        if advertisement_id in self._ads:
+            raise DuplicateName(f"advertisement {advertisement_id!r} exists; unadvertise it first",
+                                field="advertisement_id")
+        existing = self._nodes.get(filt.key)
+        if existing is not None:  # (a) identical filter: it and its ancestors gain the rate
+            existing.own[advertisement_id] = rate
+            for n in (existing, *self._ancestors(existing.filter)):
+                n.rate += rate
+                n.count += 1
+            self._ads[advertisement_id] = (existing.key, rate)
+            self.version += 1
+            return Insertion(existing.key, False)
+        covering = self._ancestors(filt)
+        covered = [n for n in self._nodes.values() if filt.covers(n.filter)]
+        preds = _minimal(covering)
+        succs = _maximal(covered)
+        # Successor-related computation with the shared-descendant correction.
+        below: dict[str, Node] = {}
+        for t in succs:
+            for n in (t, *self._descendants(t)):
+                below[n.key] = n
+        sum_rate = sum(t.rate for t in succs)
+        sum_count = sum(t.count for t in succs)
+        distinct_rate = sum(n.own_rate for n in below.values())
+        distinct_count = sum(len(n.own) for n in below.values())
+        d_rate, d_count = sum_rate - distinct_rate, sum_count - distinct_count
+        m = Node(filt, {advertisement_id: rate}, rate + sum_rate - d_rate, 1 + sum_count - d_count)
+        self._nodes[m.key] = m
+        for p in preds:
+            for t in succs:
+                if t.key in p.children:  # p -> t is now p -> M -> t
+                    p.children.discard(t.key)
+                    t.parents.discard(p.key)
+            p.children.add(m.key)
+            m.parents.add(p.key)
+        for t in succs:
+            t.parents.add(m.key)
+            m.children.add(t.key)
+        # Predecessor-related computation: every ancestor once, however many paths reach it.
+        for a in covering:
+            a.rate += rate
+            a.count += 1
+        self._ads[advertisement_id] = (m.key, rate)
+        self.version += 1
+        return Insertion(m.key, True, d_rate, d_count)
+
+    def unadvertise(self, advertisement_id: str) -> float:
+        """Remove one advertisement (3.3); returns its V_pmax."""
+        try:
+            key, rate = self._ads.pop(advertisement_id)
+        except KeyError:
+            raise NotFound(f"no advertisement {advertisement_id!r}", field="advertisement_id") from None
+        node = self._nodes[key]
+        del node.own[advertisement_id]
+        for n in (node, *self._ancestors(node.filter)):
+            n.rate -= rate
+            n.count -= 1
+            if n.count == 0:
+                n.rate = 0.0  # no float residue on an emptied node
+        if not node.own:
+            self._remove_node(node)
+        self.version += 1
+        return rate
+
+    def _remove_node(self, node: Node) -> None:
+        del self._nodes[node.key]
+        parents = [self._nodes[p] for p in node.parents]
+        children = [self._nodes[c] for c in node.children]
+        for p in parents:
+            p.children.discard(node.key)
+        for c in children:
+            c.parents.discard(node.key)
+        for p in parents:
+            candidates = [self._nodes[k] for k in p.children] + children
+            keep = {n.key for n in _maximal(candidates)}
+            for c in candidates:
+                if c.key in keep and c.key not in p.children:
+                    p.children.add(c.key)
+                    c.parents.add(p.key)
+
+    # -- Theorem 1 -------------------------------------------------------------------------------
+    def requirement(self, filt: Filter, *, interval_ms: int = 0) -> Requirement:
+        """The resource requirement of a subscription with filter ``filt`` (3.4, Eq. 2, Theorem 1)."""
+        if interval_ms < 0:
+            raise ValidationError(f"interval_ms must not be negative, got {interval_ms}", field="interval_ms")
+        node = self._nodes.get(filt.key)
+        if node is not None:
+            req = Requirement(node.rate, node.rate, node.count, node.count, True)
+        else:
+            overlapping = [n for n in self._nodes.values() if filt.intersects(n.filter)]
+            over_rate = sum(n.own_rate for n in overlapping)
+            over_count = sum(len(n.own) for n in overlapping)
+            if over_count == 0:
+                raise NoMatchingAdvertisement(
+                    f"no advertisement can match {filt.key!r}: the subscription covers nothing", field="filter")
+            preds = _minimal(self._ancestors(filt))
+            succs = _maximal([n for n in self._nodes.values() if filt.covers(n.filter)])
+            max_rate = min([s.rate for s in preds] + [over_rate])
+            max_count = min([s.count for s in preds] + [over_count])
+            min_rate = max((t.rate for t in succs), default=0.0)
+            min_count = max((t.count for t in succs), default=0)
+            req = Requirement(min_rate, max_rate, min_count, max_count, False,
+                              tuple(sorted(s.key for s in preds)), tuple(sorted(t.key for t in succs)))
+        if interval_ms:
+            per_publisher = 1000.0 / interval_ms
+            upper = min(req.max_rate, req.max_count * per_publisher)
+            lower = min(req.min_rate, per_publisher if req.min_count else 0.0)
+            req = Requirement(lower, upper, req.min_count, req.max_count, req.exact,
+                              req.predecessors, req.successors)
+        return req
+
+    # -- invariant -------------------------------------------------------------------------------
+    def check(self) -> None:
+        """Recompute every node from scratch and compare (the tests' reference semantics)."""
+        for n in self._nodes.values():
+            covered = [(k, r) for k, (key, r) in self._ads.items() if n.filter.covers(self._nodes[key].filter)]
+            rate = sum(r for _, r in covered)
+            if len(covered) != n.count or not math.isclose(rate, n.rate, rel_tol=1e-9, abs_tol=1e-9):
+                raise AssertionError(f"node {n.key!r}: rate/count {n.rate}/{n.count}, expected {rate}/{len(covered)}")
+            want_children = {m.key for m in _maximal([m for m in self._nodes.values()
+                                                      if m is not n and n.filter.covers(m.filter)])}
+            if want_children != n.children:
+                raise AssertionError(f"node {n.key!r}: children {sorted(n.children)}, expected {sorted(want_children)}")
+            for c in n.children:
+                if n.key not in self._nodes[c].parents:
+                    raise AssertionError(f"edge {n.key!r} -> {c!r} has no back edge")
+
+    # -- helpers ---------------------------------------------------------------------------------
+    def _ancestors(self, filt: Filter) -> list[Node]:
+        """Every node that covers ``filt`` strictly (for a node: its ancestors), each once."""
+        return [n for n in self._nodes.values() if n.key != filt.key and n.filter.covers(filt)]
+
+    def _descendants(self, node: Node) -> list[Node]:
+        seen: dict[str, Node] = {}
+        stack = list(node.children)
+        while stack:
+            k = stack.pop()
+            if k in seen:
+                continue
+            seen[k] = self._nodes[k]
+            stack.extend(seen[k].children)
+        return list(seen.values())
+
+
+def _minimal(nodes: list[Node]) -> list[Node]:
+    """The tightest: nodes that cover no other node of the list (direct predecessors)."""
+    return [n for n in nodes if not any(m is not n and n.filter.covers(m.filter) for m in nodes)]
+
+
+def _maximal(nodes: list[Node]) -> list[Node]:
+    """The widest: nodes covered by no other node of the list (direct successors)."""
+    return [n for n in nodes if not any(m is not n and m.filter.covers(n.filter) for m in nodes)]
+
+
+__all__ = ["MAX_RATE_EPS", "AdvertisementGraph", "Insertion", "InvalidAdvertisement", "NoMatchingAdvertisement",
+           "Node", "Requirement", "check_rate"]

@@ -1,0 +1,248 @@
+"""The filter language of advertisements and subscriptions, and the covering test (RacsCBPS Defs. 1-6).
+
+An event is a set of named attributes; a *constraint* is ``(attribute, op, value)`` with op one of
+``= < <= > >=``; a *filter* is a conjunction of constraints and matches an event iff every
+constraint is satisfied by the event's attribute of that name (RacsCBPS Def. 4: an event that
+lacks a constrained attribute does not match). Advertisements and subscriptions share this language.
+
+Per attribute, a filter's constraints reduce to one interval of values (``=`` is a closed interval
+of one point), numbers and texts never mixed on one attribute. That makes the two tests the
+admission controller needs exact and cheap:
+
+* ``a.covers(b)`` (Def. 5, E_a ⊇ E_b) iff every attribute ``a`` constrains is constrained by ``b``
+  to a sub-interval of ``a``'s;
+* ``a.intersects(b)`` (some event may match both) iff the intervals of every attribute both
+  constrain overlap.
+
+GridStat status variables map onto it as attribute sets: an advertisement of ``pmu1/freq`` is the
+filter ``publisher=pmu1, variable=freq``; a subscription to ``pmu1/freq`` is the same filter, to
+``pmu1/*`` the filter ``publisher=pmu1``, to ``*/freq`` the filter ``variable=freq``
+(:meth:`Filter.for_variable`). A filter that can match nothing (``price>5, price<3``) is refused:
+it covers nothing and would make every bound meaningless.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from gridstat.errors import ValidationError
+
+OPS = ("=", "<", "<=", ">", ">=")
+#: Longest attribute name and text value accepted (a peer cannot make keys arbitrarily large).
+MAX_NAME = 128
+MAX_CONSTRAINTS = 64
+_ATTR_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.:-]{0,127}")
+_CONSTRAINT_RE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_.:-]*)\s*(<=|>=|=|<|>)\s*(.+?)\s*$")
+
+Value = float | str
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """One elementary constraint ``attribute op value`` (RacsCBPS Def. 2)."""
+
+    attribute: str
+    op: str
+    value: Value
+
+    def __post_init__(self) -> None:
+        if not _ATTR_RE.fullmatch(self.attribute):
+            raise ValidationError(f"attribute name {self.attribute!r} is not a name of 1..{MAX_NAME} characters",
+                                  field="filter.attribute")
+        if self.op not in OPS:
+            raise ValidationError(f"operator {self.op!r} is not one of {', '.join(OPS)}", field="filter.op")
+        if isinstance(self.value, bool) or not isinstance(self.value, float | int | str):
+            raise ValidationError(f"constraint value {self.value!r} is not a number or a text", field="filter.value")
+        if isinstance(self.value, float | int) and not math.isfinite(self.value):
+            raise ValidationError(f"constraint value {self.value!r} is not finite", field="filter.value")
+        if isinstance(self.value, str) and not 0 < len(self.value) <= MAX_NAME:
+            raise ValidationError(f"text value must be 1..{MAX_NAME} characters", field="filter.value")
+
+
+def parse_value(text: str) -> Value:
+    """A number if the text reads as a finite one, else the text (quotes force text: ``name="5"``)."""
+    text = text.strip()
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'":
+        return text[1:-1]
+    try:
+        number = float(text)
+    except ValueError:
+        return text
+    return number if math.isfinite(number) else text
+
+
+def parse_constraint(text: str) -> Constraint:
+    m = _CONSTRAINT_RE.match(text)
+    if m is None:
+        raise ValidationError(f"constraint {text!r} is not 'attribute op value' with op in {', '.join(OPS)}",
+                              field="filter")
+    return Constraint(m.group(1), m.group(2), parse_value(m.group(3)))
+
+
+@dataclass(frozen=True)
+class Interval:
+    """The values one attribute may take: numbers or texts, each end open, closed or absent."""
+
+    numeric: bool
+    lo: Value | None = None
+    lo_closed: bool = False
+    hi: Value | None = None
+    hi_closed: bool = False
+
+    def is_empty(self) -> bool:
+        if self.lo is None or self.hi is None:
+            return False
+        if self.lo > self.hi:  # type: ignore[operator]
+            return True
+        return self.lo == self.hi and not (self.lo_closed and self.hi_closed)
+
+    def narrow(self, op: str, value: Value) -> Interval:
+        lo, lo_c, hi, hi_c = self.lo, self.lo_closed, self.hi, self.hi_closed
+        if op in ("=", ">", ">="):
+            closed = op != ">"
+            if lo is None or value > lo or (value == lo and not closed):  # type: ignore[operator]
+                lo, lo_c = value, closed
+        if op in ("=", "<", "<="):
+            closed = op != "<"
+            if hi is None or value < hi or (value == hi and not closed):  # type: ignore[operator]
+                hi, hi_c = value, closed
+        return Interval(self.numeric, lo, lo_c, hi, hi_c)
+
+    def contains(self, other: Interval) -> bool:
+        """Every value of ``other`` is a value of this interval."""
+        if self.numeric != other.numeric:
+            return False
+        if self.lo is not None:
+            if other.lo is None or other.lo < self.lo:  # type: ignore[operator]
+                return False
+            if other.lo == self.lo and other.lo_closed and not self.lo_closed:
+                return False
+        if self.hi is not None:
+            if other.hi is None or other.hi > self.hi:  # type: ignore[operator]
+                return False
+            if other.hi == self.hi and other.hi_closed and not self.hi_closed:
+                return False
+        return True
+
+    def overlaps(self, other: Interval) -> bool:
+        if self.numeric != other.numeric:
+            return False
+        both = Interval(self.numeric, self.lo, self.lo_closed, self.hi, self.hi_closed)
+        if other.lo is not None:
+            both = both.narrow(">=" if other.lo_closed else ">", other.lo)
+        if other.hi is not None:
+            both = both.narrow("<=" if other.hi_closed else "<", other.hi)
+        return not both.is_empty()
+
+    def render(self, attribute: str) -> list[str]:
+        if self.lo is not None and self.lo == self.hi:
+            return [f"{attribute}={_fmt(self.lo)}"]
+        out = []
+        if self.lo is not None:
+            out.append(f"{attribute}{'>=' if self.lo_closed else '>'}{_fmt(self.lo)}")
+        if self.hi is not None:
+            out.append(f"{attribute}{'<=' if self.hi_closed else '<'}{_fmt(self.hi)}")
+        return out
+
+
+def _fmt(v: Value) -> str:
+    if isinstance(v, str):
+        return f'"{v}"' if _looks_numeric(v) or "," in v else v
+    return str(int(v)) if float(v).is_integer() and abs(v) < 1e15 else repr(float(v))
+
+
+def _looks_numeric(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+class Filter:
+    """A conjunction of constraints, normalised to one interval per attribute; hashable by ``key``."""
+
+    __slots__ = ("intervals", "key")
+
+    def __init__(self, intervals: Mapping[str, Interval]) -> None:
+        self.intervals: dict[str, Interval] = dict(sorted(intervals.items()))
+        for attribute, iv in self.intervals.items():
+            if iv.is_empty():
+                raise ValidationError(f"the constraints on {attribute!r} admit no value: the filter covers "
+                                      "nothing", field="filter")
+        #: Canonical text: equal filters (as event sets) have equal keys.
+        self.key = ", ".join(part for a, iv in self.intervals.items() for part in iv.render(a)) or "*"
+
+    @classmethod
+    def of(cls, constraints: Iterable[Constraint]) -> Filter:
+        intervals: dict[str, Interval] = {}
+        for n, c in enumerate(constraints, 1):
+            if n > MAX_CONSTRAINTS:
+                raise ValidationError(f"a filter has at most {MAX_CONSTRAINTS} constraints", field="filter")
+            numeric = not isinstance(c.value, str)
+            value: Value = float(c.value) if numeric else c.value
+            iv = intervals.get(c.attribute)
+            if iv is None:
+                iv = Interval(numeric)
+            elif iv.numeric != numeric:
+                raise ValidationError(f"attribute {c.attribute!r} is compared with both a number and a text: "
+                                      "the filter covers nothing", field="filter")
+            intervals[c.attribute] = iv.narrow(c.op, value)
+        return cls(intervals)
+
+    @classmethod
+    def parse(cls, text: str) -> Filter:
+        """``"price>3, name=DEU"`` (also ``&``, ``∧`` or ``and`` between constraints); ``"*"`` is everything."""
+        text = text.strip()
+        if text in ("", "*"):
+            return cls({})
+        parts = re.split(r"\s*(?:,|&|∧|\band\b)\s*", text)
+        return cls.of(parse_constraint(p) for p in parts if p)
+
+    @classmethod
+    def for_variable(cls, name: str) -> Filter:
+        """A GridStat variable name as a filter: ``pub/var``, ``pub/*`` or ``*/var``."""
+        publisher, sep, variable = name.partition("/")
+        if not sep or not publisher or not variable or (publisher == "*" and variable == "*"):
+            raise ValidationError(f"{name!r} is not 'publisher/variable', 'publisher/*' or '*/variable'",
+                                  field="filter.variable")
+        constraints = []
+        if publisher != "*":
+            constraints.append(Constraint("publisher", "=", publisher))
+        if variable != "*":
+            constraints.append(Constraint("variable", "=", variable))
+        return cls.of(constraints)
+
+    def covers(self, other: Filter) -> bool:
+        """E_self ⊇ E_other (Def. 5); reflexive."""
+        for attribute, iv in self.intervals.items():
+            theirs = other.intervals.get(attribute)
+            if theirs is None or not iv.contains(theirs):
+                return False
+        return True
+
+    def intersects(self, other: Filter) -> bool:
+        """Some event can match both filters."""
+        for attribute, iv in self.intervals.items():
+            theirs = other.intervals.get(attribute)
+            if theirs is not None and not iv.overlaps(theirs):
+                return False
+        return True
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Filter) and self.key == other.key
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+    def __str__(self) -> str:
+        return self.key
+
+    def __repr__(self) -> str:
+        return f"Filter({self.key!r})"
+
+
+__all__ = ["OPS", "Constraint", "Filter", "Interval", "parse_constraint", "parse_value"]

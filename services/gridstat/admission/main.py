@@ -1,0 +1,102 @@
+"""Run the admission controller: ``gridstat admission --port 7800 [--policy full|percentage] ...``.
+
+Prints ``READY name=admission port=<grpc port>`` once serving; SIGTERM and SIGINT stop it. Its
+state (advertisements, declared resources, reservations) is held in memory: leaf brokers notice a
+restart by the controller's new ``epoch`` and declare their routers and advertisements again
+(docs/admission.md says what is not recovered).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+
+import grpc
+
+from gridstat.admission import admitting
+from gridstat.admission.admitting import AdmissionController, Bound, Policy
+from gridstat.admission.service import AdmissionServicer, add_to_server
+from gridstat.core.aio import exit_with_parent, install_fast_loop
+from gridstat.core.tls import TlsFiles
+from gridstat.errors import ValidationError
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--name", default="admission", help="name printed in the READY line and logs")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=7800, help="gRPC port (0 = any)")
+    p.add_argument("--policy", default="full", choices=[x.value for x in Policy],
+                   help="full: reject at the first hop lacking resources; percentage: walk every hop and admit "
+                        "the fraction that can be guaranteed")
+    p.add_argument("--bound", default="upper", choices=[x.value for x in Bound],
+                   help="reserve the upper (conservative) or lower (optimistic) end of the requirement")
+    p.add_argument("--min-fraction", type=float, default=0.0,
+                   help="percentage policy: the smallest guaranteed fraction admitted (0..1; default: any > 0)")
+    p.add_argument("--event-bytes", type=float, default=admitting.DEFAULT_EVENT_BYTES,
+                   help="bytes per event on a link, headers' share included")
+    p.add_argument("--entry-bytes", type=float, default=admitting.DEFAULT_ENTRY_BYTES,
+                   help="router memory per routing entry")
+    p.add_argument("--buffer-s", type=float, default=admitting.DEFAULT_BUFFER_S,
+                   help="seconds of events a hop may buffer (memory per hop)")
+    p.add_argument("--router-memory-mb", type=float, default=admitting.DEFAULT_ROUTER_MEMORY_BYTES / 2**20,
+                   help="memory of a router declared without one")
+    p.add_argument("--tls-cert", default="")
+    p.add_argument("--tls-key", default="")
+    p.add_argument("--tls-client-ca", default="", help="require client certificates signed by this CA (mTLS)")
+    p.add_argument("--exit-with-parent", action="store_true")
+    p.add_argument("--log-level", default="WARNING")
+
+
+def controller_from_args(args: argparse.Namespace) -> AdmissionController:
+    return AdmissionController(policy=Policy.parse(args.policy), bound=Bound.parse(args.bound),
+                               min_fraction=args.min_fraction, event_bytes=args.event_bytes,
+                               entry_bytes=args.entry_bytes, buffer_s=args.buffer_s,
+                               default_memory_bytes=args.router_memory_mb * 2**20)
+
+
+async def serve(controller: AdmissionController, host: str, port: int,
+                tls: TlsFiles | None = None) -> tuple[grpc.aio.Server, int]:
+    server = grpc.aio.server()
+    add_to_server(AdmissionServicer(controller), server)
+    if tls is None:
+        bound = server.add_insecure_port(f"{host}:{port}")
+    else:
+        bound = server.add_secure_port(f"{host}:{port}", tls.server_credentials())
+    if bound == 0:
+        raise ValidationError(f"cannot bind {host}:{port}", field="port")
+    await server.start()
+    return server, bound
+
+
+async def _run(args: argparse.Namespace) -> None:
+    controller = controller_from_args(args)
+    if bool(args.tls_cert) != bool(args.tls_key):
+        raise ValidationError("--tls-cert and --tls-key go together", field="tls_key")
+    tls = TlsFiles(args.tls_cert, args.tls_key, args.tls_client_ca) if args.tls_cert else None
+    server, port = await serve(controller, args.host, args.port, tls)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    print(f"READY name={args.name} port={port}", flush=True)
+    await stop.wait()
+    await server.stop(grace=0.5)
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.exit_with_parent:
+        exit_with_parent()
+    install_fast_loop()
+    asyncio.run(_run(args))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    parser = argparse.ArgumentParser(prog="gridstat admission")
+    add_arguments(parser)
+    sys.exit(run(parser.parse_args()))

@@ -1,0 +1,8 @@
+"""Capacity planning for the status-dissemination overlay: the stochastic model of seed 001.
+
+``trees`` (broker trees, the paper's ``T_k``), ``workloads`` (per-broker, per-class rates),
+``model`` (equations 1-14, per-broker figures, break-even against flooding), ``simulation``
+(a seeded discrete-event check of the model), ``loading`` (the YAML input of ``gridstat
+analyze``) and ``plotting`` (PNG, needs matplotlib). Nothing here runs on the data plane:
+roles do not import it; the CLI and the benchmarks do. See ``docs/analysis.md``.
+"""

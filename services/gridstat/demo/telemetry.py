@@ -1,0 +1,128 @@
+"""Telemetry of ``gridstat up --kafka`` / ``--metrics``: a local Kafka, the demo's own exporter and an archive.
+
+With ``--kafka`` (no address) a real Apache Kafka (KRaft) is started on 127.0.0.1 through
+scripts/kafka.sh (``telemetry.localkafka``); with ``--kafka HOST:PORT`` that Kafka is used. Every
+child role inherits ``GRIDSTAT_KAFKA`` (and ``GRIDSTAT_METRICS_PORT=0`` with ``--metrics``), so
+routers and brokers export and serve /metrics exactly as they would in a deployment. This
+process exports its subscriptions' delivery samples (``roles.add_subscriber``) and, with Kafka,
+archives every published variable at ``ARCHIVE_INTERVAL_MS`` (or its publication interval if
+longer) through one archive subscriber per publisher's edge router, into
+``gridstat.archive.measurements`` (the historian path ``gridstat archive`` offers as a role).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+
+from gridstat.client import Subscriber, SubscriptionRejected
+from gridstat.demo import topology as topo
+from gridstat.errors import GridStatError
+from gridstat.telemetry import Archiver, RoleTelemetry, roles
+from gridstat.telemetry.localkafka import LocalKafka
+
+ARCHIVE_INTERVAL_MS = 100
+_METRICS_PORT = re.compile(r"metrics_port=(\d+)")
+
+
+def metrics_port(ready_line: str) -> int | None:
+    m = _METRICS_PORT.search(ready_line)
+    return int(m.group(1)) if m else None
+
+
+class DemoTelemetry:
+    """Owns the local Kafka (if any), this process's exporter and the archive subscribers."""
+
+    def __init__(self, *, kafka: str | None, metrics: bool) -> None:
+        self.kafka_arg = kafka
+        self.metrics = metrics
+        self.local: LocalKafka | None = None
+        self.bootstrap = ""
+        self.tel: RoleTelemetry | None = None
+        self.archive: Archiver | None = None
+        self.archivers: list[Subscriber] = []
+        self.archived: set[str] = set()
+        self.notes: list[str] = []
+        self._dir: Path | None = None
+
+    def start_kafka(self) -> str:
+        """Before any child starts: start or name Kafka and export the environment the children read."""
+        if self.kafka_arg == "local":
+            self._dir = Path(tempfile.mkdtemp(prefix="gridstat-up-kafka-"))
+            self.local = LocalKafka(self._dir)
+            self.local.start()
+            self.bootstrap = self.local.bootstrap
+        elif self.kafka_arg:
+            self.bootstrap = self.kafka_arg
+        if self.bootstrap:
+            os.environ["GRIDSTAT_KAFKA"] = self.bootstrap
+        if self.metrics:
+            os.environ["GRIDSTAT_METRICS_PORT"] = "0"
+        self.tel = RoleTelemetry("subscriber", "gridstat-up", kafka=self.bootstrap,
+                                 metrics_port=0 if self.metrics else roles.METRICS_OFF)
+        return self.bootstrap
+
+    async def attach(self, subscribers: Iterable[Subscriber], publishers: Iterable[topo.Publisher],
+                     edge_control: dict[str, str]) -> None:
+        """Export the subscribers' samples; with Kafka, archive every published variable."""
+        assert self.tel is not None
+        for sub in subscribers:
+            roles.add_subscriber(self.tel, sub)
+        if self.tel.exporter is not None:
+            self.archive = Archiver(self.tel.exporter)
+            by_edge: dict[str, list[topo.Variable]] = {}
+            for p in publishers:
+                by_edge.setdefault(p.edge, []).extend(p.variables)
+            for edge, variables in by_edge.items():
+                try:
+                    sub = await Subscriber.connect(f"archive-{edge}", edge_control[edge])
+                except GridStatError as exc:
+                    self.notes.append(f"archive at {edge}: {exc}")
+                    continue
+                self.archivers.append(sub)
+                for v in variables:
+                    try:
+                        await sub.subscribe_remote(v.full_name, v.type_spec,
+                                                   interval_ms=max(ARCHIVE_INTERVAL_MS, v.interval_ms),
+                                                   latency_ms=1000, on_event=self.archive.on_event)
+                    except (SubscriptionRejected, GridStatError) as exc:
+                        self.notes.append(f"archive of {v.full_name}: {exc}")
+                        continue
+                    self.archived.add(v.full_name)
+                roles.add_subscriber(self.tel, sub)
+        await self.tel.start()
+
+    def lines(self, ready_lines: dict[str, str]) -> list[str]:
+        """What to tell the user: Kafka, topics, /metrics endpoints."""
+        out = []
+        if self.bootstrap:
+            where = f"local Apache Kafka (KRaft) in {self._dir}" if self.local is not None else "given"
+            out.append(f"  telemetry kafka={self.bootstrap} ({where}); topics gridstat.telemetry.*; "
+                       f"archive of {len(self.archived)} variables in gridstat.archive.measurements")
+        if self.metrics:
+            ports = {n: metrics_port(line) for n, line in ready_lines.items()}
+            listed = " ".join(f"{n}={p}" for n, p in ports.items() if p)
+            if self.tel is not None and self.tel.metrics_port is not None:
+                listed += f" gridstat-up={self.tel.metrics_port}"
+            out.append(f"  metrics http://127.0.0.1:PORT/metrics {listed}")
+        out += [f"  note {n}" for n in self.notes]
+        return out
+
+    async def stop(self) -> None:
+        for sub in self.archivers:
+            with contextlib.suppress(Exception):
+                await sub.stop()
+        if self.tel is not None:
+            await self.tel.stop()
+
+    def stop_kafka(self) -> None:
+        """After every child has stopped."""
+        if self.local is not None:
+            self.local.stop()
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)

@@ -1,0 +1,424 @@
+"""The telemetry exporter: records from a role to Kafka, off the data plane's back.
+
+Shape (after aiokafka's own producer): a front object whose ``emit`` only stamps a record and
+appends it to a bounded buffer (``buffering.RecordBuffer``), and one background task that owns
+the ``AIOKafkaProducer``: it takes batches from the buffer, encodes them as compact JSON
+(schemas in ``telemetry/schemas``, docs/telemetry.md), and hands them to the producer, which
+batches per partition (``linger_ms``) and compresses (lz4 by default).
+
+Kafka down never reaches the role: ``emit`` never waits and never raises. While Kafka does not
+answer, records stay in the buffer; when it is full the oldest go and are counted as lost
+(``buffer_full``). A batch the producer failed with a retriable error goes back to the head of
+the buffer and is sent again after reconnecting (at least once; ``instance`` + ``seq`` identify
+a record, so a consumer can drop the rare duplicate). The background task reconnects with a
+bounded back-off; on the first delivered batch after an outage it emits one ``gap`` record
+(``records.gap``) saying when export stopped and resumed and how many records were lost.
+
+Every record gets four stamps here: ``role`` and ``source`` (who exports), ``instance`` (this
+exporter, new at every start of the process) and ``seq`` (1, 2, 3 ... in emit order, lost
+records included, so holes in ``seq`` are exactly the lost records).
+
+Lifecycle: ``start`` and ``stop`` are idempotent; ``stop`` is irreversible, flushes what it can
+within its timeout and counts the rest as lost (``stopped``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import json
+import logging
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from gridstat.core.aio import create_guarded_task
+from gridstat.errors import ValidationError
+
+from . import buffering, records
+from .errors import FlushTimeout, TelemetryClosed
+
+log = logging.getLogger(__name__)
+
+#: Longest wait between reconnection attempts while Kafka is away.
+MAX_BACKOFF_S = 2.0
+#: A record larger than this is never sent (Kafka's default max.message.bytes is 1 MiB).
+MAX_RECORD_BYTES = 900_000
+
+
+class LossReason(enum.Enum):
+    """Why a record was not delivered to Kafka."""
+
+    BUFFER_FULL = "buffer_full"  # the buffer was full (Kafka away or too slow): the oldest record went
+    REJECTED = "rejected"  # Kafka refused the record with a non-retriable error
+    TOO_LARGE = "too_large"  # encoded record above MAX_RECORD_BYTES
+    ENCODE_ERROR = "encode_error"  # not JSON-serialisable (a bug in a sampler)
+    STOPPED = "stopped"  # still buffered when the exporter stopped
+
+
+@dataclass(frozen=True)
+class ExporterConfig:
+    """Where and how a role exports.
+
+    Args:
+        bootstrap: Kafka bootstrap servers, ``host:port[,host:port]``.
+        role: the exporting role (``router``, ``broker``, ``subscriber``, ``archive``).
+        source: the role's name (router or broker name, subscriber name).
+        buffer_records: most records held while Kafka is slow or away.
+        batch_records: most records handed to the producer at once.
+        linger_ms: the producer's batching delay.
+        compression: ``lz4`` (needs cramjam), ``zstd``, ``snappy``, ``gzip`` or ``none``.
+        request_timeout_ms: the producer's request timeout; also how long a connect may take.
+    """
+
+    bootstrap: str
+    role: str
+    source: str
+    buffer_records: int = 20_000
+    batch_records: int = 512
+    linger_ms: int = 50
+    compression: str = "lz4"
+    request_timeout_ms: int = 2_000
+    client_id: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.bootstrap.strip():
+            raise ValidationError("the Kafka bootstrap address must not be empty", field="kafka")
+        if self.buffer_records < 1 or self.batch_records < 1:
+            raise ValidationError("buffer_records and batch_records must be positive", field="buffer_records")
+        if self.compression not in ("lz4", "zstd", "snappy", "gzip", "none"):
+            raise ValidationError(f"compression {self.compression!r} is not lz4, zstd, snappy, gzip or none",
+                                  field="compression")
+
+
+@dataclass
+class ExporterStats:
+    """What the exporter did since it was made (read by the Prometheus collector and the tests)."""
+
+    emitted: Counter[str] = field(default_factory=Counter)  # by topic
+    sent: Counter[str] = field(default_factory=Counter)  # by topic, acknowledged by Kafka
+    lost: Counter[str] = field(default_factory=Counter)  # by LossReason value
+    batches: int = 0
+    bytes_sent: int = 0  # encoded record bytes before compression
+    connects: int = 0
+    disconnects: int = 0
+    retried: int = 0  # records put back after a failed batch
+    gaps: int = 0  # outages ended (gap records emitted)
+    connected: bool = False
+
+    @property
+    def lost_total(self) -> int:
+        return sum(self.lost.values())
+
+
+class TelemetryExporter:
+    """Non-blocking export of telemetry records to Kafka (see the module docstring)."""
+
+    def __init__(self, config: ExporterConfig) -> None:
+        self.config = config
+        self.instance = uuid.uuid4().hex[:16]
+        self.stats = ExporterStats()
+        self._buffer = buffering.RecordBuffer(config.buffer_records)
+        self._seq = 0
+        self._task: asyncio.Task[None] | None = None
+        self._producer: Any = None
+        self._started = self._closed = False
+        self._inflight = 0
+        self._down_since_ms: int | None = None
+        #: Losses already reported in gap records, and when the last batch went through.
+        self._reported_lost: Counter[str] = Counter()
+        self._last_ok_ms = records.now_ms()
+        self._wake = asyncio.Event()
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Start the background task; does not wait for Kafka (it may come later)."""
+        if self._closed:
+            raise TelemetryClosed(f"telemetry exporter of {self.config.source} was stopped", field="state")
+        if self._started:
+            return
+        self._started = True
+        self._task = create_guarded_task(self._run(), name=f"telemetry-{self.config.source}")
+
+    async def stop(self, timeout_s: float = 5.0) -> None:
+        """Flush within ``timeout_s``, then stop; what is still buffered is counted as lost."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._started and self.stats.connected:
+            with contextlib.suppress(FlushTimeout):
+                await self.flush(timeout_s)
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        await self._close_producer()
+        left = len(self._buffer)
+        if left:
+            self.stats.lost[LossReason.STOPPED.value] += left
+            self._buffer.take(left)
+
+    async def __aenter__(self) -> TelemetryExporter:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buffer)
+
+    # -- the roles' side -----------------------------------------------------------------------
+    def emit(self, topic: str, record: dict[str, Any], *, key: str | bytes | None = None) -> bool:
+        """Stamp ``record`` and buffer it for ``topic``; never waits, never raises on Kafka's state.
+
+        Returns False when the record could not be kept (exporter stopped) or an older record had
+        to be dropped to make room; either way the loss is counted.
+        """
+        self._seq += 1
+        record["role"] = self.config.role
+        record["source"] = self.config.source
+        record["instance"] = self.instance
+        record["seq"] = self._seq
+        self.stats.emitted[topic] += 1
+        if self._closed:
+            self.stats.lost[LossReason.STOPPED.value] += 1
+            return False
+        k = key.encode() if isinstance(key, str) else key
+        kept = self._buffer.put(buffering.Pending(topic, k, record))
+        if not kept:
+            self.stats.lost[LossReason.BUFFER_FULL.value] += 1
+        return kept
+
+    async def flush(self, timeout_s: float = 5.0) -> None:
+        """Until everything emitted so far is acknowledged or lost; ``FlushTimeout`` after ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while len(self._buffer) or self._inflight:
+            if time.monotonic() >= deadline:
+                raise FlushTimeout(f"{len(self._buffer)} records buffered and {self._inflight} in flight "
+                                   f"after {timeout_s:g} s", field="timeout_s")
+            self._wake.set()
+            await asyncio.sleep(0.01)
+
+    # -- the background task -------------------------------------------------------------------
+    async def _run(self) -> None:
+        backoff = 0.1
+        while True:
+            if self._producer is None:
+                if not await self._connect():
+                    self._wake.clear()
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._wake.wait(), backoff)
+                    backoff = min(MAX_BACKOFF_S, backoff * 2)
+                    continue
+                backoff = 0.1
+            if not await self._buffer.wait(0.2):
+                continue
+            batch = self._buffer.take(self.config.batch_records)
+            if not await self._send(batch):
+                await self._close_producer()
+
+    async def _connect(self) -> bool:
+        from aiokafka import AIOKafkaProducer  # only this module imports aiokafka (.importlinter)
+
+        _quiet_topic_creation()
+        cfg = self.config
+        producer = AIOKafkaProducer(
+            bootstrap_servers=cfg.bootstrap,
+            client_id=cfg.client_id or f"gridstat-{cfg.role}-{cfg.source}",
+            compression_type=_compression(cfg.compression),
+            linger_ms=cfg.linger_ms,
+            max_batch_size=256 * 1024,
+            request_timeout_ms=cfg.request_timeout_ms,
+            retry_backoff_ms=200,
+            acks=1,
+        )
+        try:
+            await asyncio.wait_for(producer.start(), cfg.request_timeout_ms / 1000)
+        except Exception as exc:  # KafkaConnectionError, timeouts: Kafka is away, try again later
+            self._mark_down()
+            log.debug("telemetry %s: Kafka at %s unavailable: %s", cfg.source, cfg.bootstrap, exc)
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(producer.stop(), 1.0)
+            return False
+        self._producer = producer
+        self.stats.connects += 1
+        self.stats.connected = True
+        log.info("telemetry %s: exporting to Kafka at %s", cfg.source, cfg.bootstrap)
+        return True
+
+    async def _send(self, batch: list[buffering.Pending]) -> bool:
+        """Hand ``batch`` to Kafka and wait for the acknowledgements; False if Kafka failed.
+
+        Records are grouped per topic and partition (the key's murmur2 partition, as Kafka's own
+        clients choose it) into the producer's record batches (``create_batch`` / ``send_batch``):
+        one coroutine per batch rather than per record, which is where a Python producer spends
+        its time. A failed batch goes back to the buffer whole (retriable errors) or is counted as
+        rejected.
+        """
+        from aiokafka.errors import KafkaError
+        from aiokafka.partitioner import DefaultPartitioner
+
+        producer = self._producer
+        timeout_s = self.config.request_timeout_ms / 1000
+        partitioner = DefaultPartitioner()
+        groups: dict[tuple[str, int], list[tuple[buffering.Pending, bytes]]] = {}
+        unsent: list[buffering.Pending] = []
+        #: topic -> (all partitions sorted, available partitions), looked up once per batch
+        layout: dict[str, tuple[list[int], list[int]]] = {}
+        self._inflight = len(batch)
+        try:
+            for i, item in enumerate(batch):
+                value = self._encode(item)
+                if value is None:
+                    continue
+                known = layout.get(item.topic)
+                if known is None:
+                    cluster = producer.client.cluster
+                    parts = cluster.partitions_for_topic(item.topic)
+                    if not parts:  # unknown yet (a new topic is created by Kafka on this request)
+                        try:
+                            parts = await asyncio.wait_for(producer.partitions_for(item.topic), timeout_s)
+                        except (KafkaError, TimeoutError):
+                            unsent = list(batch[i:])
+                            break
+                    known = layout[item.topic] = (
+                        sorted(parts), list(cluster.available_partitions_for_topic(item.topic) or ()))
+                partition = partitioner(item.key, *known)
+                groups.setdefault((item.topic, partition), []).append((item, value))
+            sends: list[tuple[list[tuple[buffering.Pending, bytes]], Any]] = []
+            failed: list[buffering.Pending] = []
+
+            async def submit(builder: Any, topic: str, partition: int,
+                             members: list[tuple[buffering.Pending, bytes]]) -> None:
+                try:
+                    fut = await asyncio.wait_for(producer.send_batch(builder, topic, partition=partition), timeout_s)
+                except (KafkaError, TimeoutError):
+                    failed.extend(item for item, _ in members)
+                    return
+                sends.append((members, fut))
+
+            for (topic, partition), entries in groups.items():
+                builder = producer.create_batch()
+                members: list[tuple[buffering.Pending, bytes]] = []
+                for item, value in entries:
+                    if builder.append(key=item.key, value=value, timestamp=None) is None:  # full: send it
+                        if members:
+                            await submit(builder, topic, partition, members)
+                        builder, members = producer.create_batch(), []
+                        if builder.append(key=item.key, value=value, timestamp=None) is None:
+                            self.stats.lost[LossReason.TOO_LARGE.value] += 1
+                            continue
+                    members.append((item, value))
+                if members:
+                    await submit(builder, topic, partition, members)
+            if sends:
+                done = await asyncio.gather(*(f for _, f in sends), return_exceptions=True)
+                for (members, _), result in zip(sends, done, strict=True):
+                    if isinstance(result, BaseException):
+                        if isinstance(result, KafkaError) and not result.retriable \
+                                and not isinstance(result, _timeouts()):
+                            self.stats.lost[LossReason.REJECTED.value] += len(members)
+                            log.warning("telemetry %s: Kafka refused %d records: %s", self.config.source,
+                                        len(members), result)
+                        else:
+                            failed.extend(item for item, _ in members)
+                        continue
+                    for item, value in members:
+                        self.stats.sent[item.topic] += 1
+                        self.stats.bytes_sent += len(value)
+            retry = failed + unsent
+            if retry:
+                self.stats.retried += len(retry)
+                dropped = self._buffer.push_front(retry)
+                if dropped:
+                    self.stats.lost[LossReason.BUFFER_FULL.value] += dropped
+                self._mark_down()
+                return False
+            self.stats.batches += 1
+            self._mark_up()
+            return True
+        finally:
+            self._inflight = 0
+
+    def _encode(self, item: buffering.Pending) -> bytes | None:
+        try:
+            value = json.dumps(item.record, separators=(",", ":"), allow_nan=False).encode()
+        except (TypeError, ValueError) as exc:
+            self.stats.lost[LossReason.ENCODE_ERROR.value] += 1
+            log.warning("telemetry %s: record for %s is not JSON: %s", self.config.source, item.topic, exc)
+            return None
+        if len(value) > MAX_RECORD_BYTES:
+            self.stats.lost[LossReason.TOO_LARGE.value] += 1
+            return None
+        return value
+
+    def _mark_down(self) -> None:
+        if self._down_since_ms is None:
+            self._down_since_ms = records.now_ms()
+            if self.stats.connected:
+                self.stats.disconnects += 1
+                log.warning("telemetry %s: Kafka at %s stopped answering; buffering up to %d records",
+                            self.config.source, self.config.bootstrap, self.config.buffer_records)
+        self.stats.connected = False
+
+    def _mark_up(self) -> None:
+        """A batch went through: report the outage or the losses since the last report, if any."""
+        now = records.now_ms()
+        since, self._down_since_ms = self._down_since_ms, None
+        lost = self.stats.lost - self._reported_lost
+        outage = since is not None and self.stats.connects > 1
+        if outage or lost:
+            # Every record lost is in exactly one gap record (a Kafka that was not there at start-up
+            # and cost nothing is no gap; a slow Kafka that overflowed the buffer is one).
+            start = since if since is not None else self._last_ok_ms
+            self.stats.gaps += 1
+            self._reported_lost = Counter(self.stats.lost)
+            self.emit(records.TOPICS.gaps, records.gap(from_ms=start, to_ms=now, lost=dict(lost)),
+                      key=self.config.source)
+            log.warning("telemetry %s: export resumed after %.1f s; %d records lost meanwhile", self.config.source,
+                        (now - start) / 1000, sum(lost.values()))
+        self._last_ok_ms = now
+
+    async def _close_producer(self) -> None:
+        producer, self._producer = self._producer, None
+        self.stats.connected = False
+        if producer is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(producer.stop(), 2.0)
+
+
+class _TopicCreatedFilter(logging.Filter):
+    """aiokafka logs ERROR "Topic X not found in cluster metadata" when a produce creates a topic
+    (Kafka's auto-create): expected on a fresh Kafka, and noise in every role's log."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Topic %s not found in cluster metadata")
+
+
+def _quiet_topic_creation() -> None:
+    cluster_log = logging.getLogger("aiokafka.cluster")
+    if not any(isinstance(f, _TopicCreatedFilter) for f in cluster_log.filters):
+        cluster_log.addFilter(_TopicCreatedFilter())
+
+
+def _compression(name: str) -> str | None:
+    if name == "none":
+        return None
+    if name in ("lz4", "zstd", "snappy"):
+        from aiokafka import codec
+
+        if not codec.has_lz4():  # cramjam missing: gzip is always there
+            log.warning("telemetry: %s compression needs cramjam; using gzip", name)
+            return "gzip"
+    return name
+
+
+def _timeouts() -> tuple[type[BaseException], ...]:
+    from aiokafka.errors import KafkaTimeoutError, RequestTimedOutError
+
+    return (KafkaTimeoutError, RequestTimedOutError)

@@ -1,0 +1,316 @@
+"""Prometheus metrics of every role, read from the role's own counters at scrape time.
+
+Each collector turns a role's existing counters into metric families when Prometheus scrapes
+(``prometheus_client`` custom collectors), so nothing is counted twice and the data plane is
+not instrumented. Scrapes run on the role's event loop (``serving.MetricsServer``), so they see
+a consistent state and need no locks.
+
+Names follow Prometheus conventions: ``gridstat_<role>_<what>_<unit>``, counters end in
+``_total``, times in seconds, sizes in events or bytes. Every series is labelled with the
+role's name (``router``, ``broker``, ``subscriber``), so one Prometheus can scrape a utility.
+The names are listed in docs/telemetry.md; deploy/prometheus and deploy/grafana use only these
+(a test checks it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+
+from .exporting import ExporterStats, LossReason
+from .recording import BrokerRecorder
+from .sampling import SubscriberLike
+
+#: Latency quantiles exported per subscription (from the subscriber's last 4096 samples).
+QUANTILES = (("0.5", 50.0), ("0.99", 99.0), ("0.999", 99.9))
+
+
+def _counter(name: str, doc: str, labels: list[str]) -> CounterMetricFamily:
+    return CounterMetricFamily(name, doc, labels=labels)
+
+
+def _gauge(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, labels=labels)
+
+
+class _Base(Collector):
+    def describe(self) -> list[Metric]:
+        return []  # no collect() at registration; names are checked by the tests instead
+
+
+class RouterCollector(_Base):
+    """``gridstat_router_*`` from ``StatusRouter.stats()`` (and each channel's queue capacity)."""
+
+    def __init__(self, stats: Callable[[], Mapping[str, Any]],
+                 capacities: Callable[[], Mapping[str, int]] | None = None) -> None:
+        self._stats = stats
+        self._capacities = capacities
+
+    def collect(self) -> Iterator[Metric]:
+        s = self._stats()
+        r = str(s["router"])
+        info = _gauge("gridstat_router_info", "A status router (always 1), with its role and table variant",
+                      ["router", "role", "variant"])
+        info.add_metric([r, str(s.get("role", "")), str(s.get("variant", ""))], 1)
+        yield info
+        for name, key, doc in (
+            ("gridstat_router_datagrams_received_total", "datagrams_in", "Datagrams received on every channel"),
+            ("gridstat_router_events_received_total", "events_in", "Status events received"),
+            ("gridstat_router_events_forwarded_total", "events_forwarded", "Event copies queued to next hops"),
+            ("gridstat_router_events_filtered_total", "events_filtered", "Events held back by the rate filter"),
+        ):
+            c = _counter(name, doc, ["router"])
+            c.add_metric([r], float(s.get(key, 0)))
+            yield c
+        cpu = _counter("gridstat_router_cpu_seconds_total", "CPU time of the router process", ["router"])
+        cpu.add_metric([r], float(s.get("cpu_seconds", 0.0)))
+        yield cpu
+        for name, key, doc in (
+            ("gridstat_router_uptime_seconds", "uptime_s", "Seconds since the router started"),
+            ("gridstat_router_mode", "current_mode", "Current operating mode"),
+            ("gridstat_router_table_version", "table_version", "Routing table version"),
+        ):
+            g = _gauge(name, doc, ["router"])
+            g.add_metric([r], float(s.get(key, 0)))
+            yield g
+        flooded = _gauge("gridstat_router_flooded_variables", "Variables flooded through this router", ["router"])
+        flooded.add_metric([r], float(len(s.get("flooded_variables", ()) or ())))
+        yield flooded
+        drops = _counter("gridstat_router_drops_total",
+                         "Events or datagrams dropped, by channel (\"\" = before a channel is known) and reason",
+                         ["router", "channel", "reason"])
+        for reason, n in dict(s.get("drops", {})).items():
+            drops.add_metric([r, "", str(reason)], float(n))
+        caps = self._capacities() if self._capacities is not None else {}
+        fams: dict[str, CounterMetricFamily | GaugeMetricFamily] = {
+            "up": _gauge("gridstat_router_channel_up", "1 while the channel's neighbour answers liveness pings",
+                         ["router", "channel"]),
+            "events_in": _counter("gridstat_router_channel_events_received_total", "Events received on the channel",
+                                  ["router", "channel"]),
+            "events_sent": _counter("gridstat_router_channel_events_sent_total", "Events sent on the channel",
+                                    ["router", "channel"]),
+            "datagrams_in": _counter("gridstat_router_channel_datagrams_received_total",
+                                     "Datagrams received on the channel", ["router", "channel"]),
+            "datagrams_sent": _counter("gridstat_router_channel_datagrams_sent_total",
+                                       "Datagrams sent on the channel", ["router", "channel"]),
+            "filtered": _counter("gridstat_router_channel_filtered_events_total",
+                                 "Events the rate filter held back from the channel", ["router", "channel"]),
+            "queued": _gauge("gridstat_router_channel_queued_events", "Events waiting in the channel's send queues",
+                             ["router", "channel"]),
+            "capacity": _gauge("gridstat_router_channel_queue_capacity_events",
+                               "Events the channel queues before dropping", ["router", "channel"]),
+            "rtt": _gauge("gridstat_router_channel_rtt_seconds", "Last liveness round-trip time",
+                          ["router", "channel"]),
+        }
+        for ch in s.get("channels", ()):
+            n = str(ch["name"])
+            fams["up"].add_metric([r, n], 1.0 if ch.get("up", True) else 0.0)
+            for key in ("events_in", "events_sent", "datagrams_in", "datagrams_sent", "filtered", "queued"):
+                fams[key].add_metric([r, n], float(ch.get(key, 0)))
+            if n in caps:
+                fams["capacity"].add_metric([r, n], float(caps[n]))
+            if ch.get("rtt_ms") is not None:
+                fams["rtt"].add_metric([r, n], float(ch["rtt_ms"]) / 1000)
+            for reason, k in dict(ch.get("drops", {})).items():
+                drops.add_metric([r, n, str(reason)], float(k))
+        yield drops
+        yield from fams.values()
+
+
+class LeafBrokerCollector(_Base):
+    """``gridstat_broker_*`` of a leaf QoS broker (its ``state`` and the ``BrokerRecorder``)."""
+
+    def __init__(self, broker: Any, recorder: BrokerRecorder | None = None) -> None:
+        self.broker = broker
+        self.recorder = recorder
+
+    def collect(self) -> Iterator[Metric]:
+        b = self.broker
+        name = str(b.name)
+        yield from _broker_common(name, "leaf")
+        st = b.state
+        subs = _gauge("gridstat_broker_subscriptions", "Subscriptions the broker holds", ["broker"])
+        subs.add_metric([name], float(len(st.subscriptions)))
+        yield subs
+        down = len(st.down & set(st.endpoints))
+        routers = _gauge("gridstat_broker_routers", "Routers of the cloud, by state", ["broker", "state"])
+        routers.add_metric([name, "up"], float(len(st.endpoints) - down))
+        routers.add_metric([name, "down"], float(down))
+        yield routers
+        mode = _gauge("gridstat_broker_mode", "Current operating mode of the cloud", ["broker"])
+        mode.add_metric([name], float(getattr(b, "current_mode", 0)))
+        yield mode
+        changing = _gauge("gridstat_broker_mode_changing", "1 while a mode change runs", ["broker"])
+        changing.add_metric([name], 1.0 if getattr(b, "mode_changing", False) else 0.0)
+        yield changing
+        rebuilds = _counter("gridstat_broker_router_rebuilds_total", "Restarted routers rebuilt from the state",
+                            ["broker"])
+        rebuilds.add_metric([name], float(getattr(b, "rebuilds", 0)))
+        yield rebuilds
+        if self.recorder is not None:
+            yield from _recorder_metrics(name, self.recorder)
+
+
+class ParentBrokerCollector(_Base):
+    """``gridstat_broker_*`` of a parent QoS broker."""
+
+    def __init__(self, broker: Any, recorder: BrokerRecorder | None = None) -> None:
+        self.broker = broker
+        self.recorder = recorder
+
+    def collect(self) -> Iterator[Metric]:
+        b = self.broker
+        name = str(b.name)
+        yield from _broker_common(name, "parent")
+        subs = _gauge("gridstat_broker_subscriptions", "Subscriptions the broker holds", ["broker"])
+        subs.add_metric([name], float(len(getattr(b, "subs", {}))))
+        yield subs
+        children = _gauge("gridstat_broker_child_brokers", "Child brokers below this parent", ["broker"])
+        children.add_metric([name], float(len(getattr(b, "children", {}))))
+        yield children
+        if self.recorder is not None:
+            yield from _recorder_metrics(name, self.recorder)
+
+
+def _broker_common(name: str, role: str) -> Iterator[Metric]:
+    info = _gauge("gridstat_broker_info", "A QoS broker (always 1), with its role", ["broker", "role"])
+    info.add_metric([name, role], 1)
+    yield info
+
+
+def _recorder_metrics(name: str, rec: BrokerRecorder) -> Iterator[Metric]:
+    decisions = _counter("gridstat_broker_admission_decisions_total",
+                         "Admission decisions, by decision (admitted, rejected, delegated) and reason",
+                         ["broker", "decision", "reason"])
+    for (decision, reason), n in rec.decisions.items():
+        decisions.add_metric([name, decision, reason], float(n))
+    yield decisions
+    secs = _counter("gridstat_broker_admission_seconds_total", "Time spent deciding and installing subscriptions",
+                    ["broker"])
+    secs.add_metric([name], rec.decision_seconds)
+    yield secs
+    modes = _counter("gridstat_broker_mode_changes_total", "Mode changes, by outcome (committed, failed)",
+                     ["broker", "outcome"])
+    for outcome, n in rec.mode_changes.items():
+        modes.add_metric([name, outcome], float(n))
+    yield modes
+
+
+class SubscriberCollector(_Base):
+    """``gridstat_subscriber_*`` and ``gridstat_subscription_*`` of a ``client.Subscriber``."""
+
+    def __init__(self, subscriber: SubscriberLike, *, datagrams: Callable[[], int] | None = None,
+                 events: Callable[[], int] | None = None) -> None:
+        self.subscriber = subscriber
+        self._datagrams = datagrams or (lambda: int(getattr(subscriber.stats, "datagrams", 0)))
+        self._events = events or (lambda: int(getattr(subscriber.stats, "events", 0)))
+
+    def collect(self) -> Iterator[Metric]:
+        sub = self.subscriber
+        n = sub.name
+        dg = _counter("gridstat_subscriber_datagrams_received_total", "Datagrams received", ["subscriber"])
+        dg.add_metric([n], float(self._datagrams()))
+        yield dg
+        ev = _counter("gridstat_subscriber_events_received_total", "Events received (before filtering)",
+                      ["subscriber"])
+        ev.add_metric([n], float(self._events()))
+        yield ev
+        drops = _counter("gridstat_subscriber_drops_total", "Datagrams or events not delivered, by reason",
+                         ["subscriber", "reason"])
+        for reason, k in dict(sub.stats.drops).items():
+            drops.add_metric([n, str(reason)], float(k))
+        drops.add_metric([n, "callback_error"], float(sub.stats.callback_errors))
+        yield drops
+        mode = _gauge("gridstat_subscriber_mode", "The subscriber's current operating mode", ["subscriber"])
+        mode.add_metric([n], float(sub.current_mode))
+        yield mode
+        labels = ["subscriber", "variable"]
+        counts = {
+            "delivered": _counter("gridstat_subscription_events_delivered_total",
+                                  "Events delivered to the application", labels),
+            "gaps": _counter("gridstat_subscription_gaps_total", "Expected timestamps never delivered", labels),
+            "duplicates": _counter("gridstat_subscription_duplicates_total",
+                                   "Redundant copies dropped (disjoint paths)", labels),
+            "violations": _counter("gridstat_subscription_violations_total",
+                                   "QoS violations reported (late, gap, latency)", labels),
+            "extrapolated": _counter("gridstat_subscription_extrapolated_total",
+                                     "Missed instants filled by extrapolation", labels),
+        }
+        latency = _gauge("gridstat_subscription_latency_seconds",
+                         "Delivery latency quantiles over the last 4096 events", [*labels, "quantile"])
+        bound = _gauge("gridstat_subscription_latency_bound_seconds", "The subscription's latency bound", labels)
+        interval = _gauge("gridstat_subscription_interval_seconds", "The subscription's requested interval", labels)
+        last = _gauge("gridstat_subscription_last_event_timestamp_seconds",
+                      "Publication timestamp of the newest delivered event (Unix seconds)", labels)
+        for s in sub.subscriptions():
+            lv = [n, s.variable.full_name]
+            st = s.stats
+            for key, fam in counts.items():
+                fam.add_metric(lv, float(getattr(st, key)))
+            ring: Any = st.latency
+            for q, pct in QUANTILES:
+                v = ring.percentile(pct)
+                if v is not None:
+                    latency.add_metric([*lv, q], float(v) / 1000)
+            bound.add_metric(lv, float(s.latency_ms) / 1000)
+            interval.add_metric(lv, float(s.interval_ms) / 1000)
+            if s.holder is not None:
+                last.add_metric(lv, s.holder.timestamp_ms / 1000)
+        yield from counts.values()
+        yield latency
+        yield bound
+        yield interval
+        yield last
+
+
+class ExporterCollector(_Base):
+    """``gridstat_telemetry_*``: the exporter's own health (loss, buffer, Kafka connection)."""
+
+    def __init__(self, role: str, source: str, stats: Callable[[], ExporterStats],
+                 buffered: Callable[[], int], capacity: int) -> None:
+        self.role, self.source = role, source
+        self._stats = stats
+        self._buffered = buffered
+        self._capacity = capacity
+
+    def collect(self) -> Iterator[Metric]:
+        s = self._stats()
+        lv = [self.role, self.source]
+        labels = ["role", "source"]
+        emitted = _counter("gridstat_telemetry_records_emitted_total", "Telemetry records emitted, by topic",
+                           [*labels, "topic"])
+        for topic, k in s.emitted.items():
+            emitted.add_metric([*lv, topic], float(k))
+        yield emitted
+        sent = _counter("gridstat_telemetry_records_sent_total", "Telemetry records acknowledged by Kafka, by topic",
+                        [*labels, "topic"])
+        for topic, k in s.sent.items():
+            sent.add_metric([*lv, topic], float(k))
+        yield sent
+        lost = _counter("gridstat_telemetry_records_lost_total", "Telemetry records not delivered, by reason",
+                        [*labels, "reason"])
+        for reason in LossReason:
+            lost.add_metric([*lv, reason.value], float(s.lost.get(reason.value, 0)))
+        yield lost
+        for name, doc, value in (
+            ("gridstat_telemetry_buffered_records", "Records waiting for Kafka", float(self._buffered())),
+            ("gridstat_telemetry_buffer_capacity_records", "Most records held while Kafka is away",
+             float(self._capacity)),
+            ("gridstat_telemetry_kafka_connected", "1 while the exporter is connected to Kafka",
+             1.0 if s.connected else 0.0),
+        ):
+            g = _gauge(name, doc, labels)
+            g.add_metric(lv, value)
+            yield g
+        for name, doc, value in (
+            ("gridstat_telemetry_sent_bytes_total", "Encoded record bytes acknowledged (before compression)",
+             float(s.bytes_sent)),
+            ("gridstat_telemetry_export_gaps_total", "Kafka outages the exporter lived through", float(s.gaps)),
+        ):
+            c = _counter(name, doc, labels)
+            c.add_metric(lv, value)
+            yield c

@@ -1,0 +1,160 @@
+"""Wiring telemetry into a role process in a few lines of its ``main``.
+
+A role's ``add_arguments`` calls ``add_arguments(p)``; after the role has started, its
+``_run`` builds a ``RoleTelemetry`` with one of the ``for_*`` helpers, starts it, appends
+``ready_suffix()`` to its READY line, and stops it before the role stops::
+
+    tel = roles.for_router(router, args)
+    await tel.start()
+    print(f"READY ...{tel.ready_suffix()}")
+    ...
+    await tel.stop()
+
+With neither ``--kafka`` nor ``--metrics-port`` nothing is started and nothing is imported
+beyond this package (aiokafka is imported by the exporter's task only).
+
+Stop order: the reporter (one last sampling pass, so the final counts go out), then the
+exporter (flushes within its timeout, counts the rest as lost), then the metrics server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from . import metrics
+from .exporting import ExporterConfig, TelemetryExporter
+from .recording import BrokerRecorder
+from .sampling import BrokerModeSampler, Reporter, RouterSampler, Sampler, SubscriberLike, SubscriberSampler
+from .serving import MetricsServer
+
+#: --metrics-port value that turns the /metrics endpoint off.
+METRICS_OFF = -1
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Telemetry options common to every role (defaults from GRIDSTAT_KAFKA / GRIDSTAT_METRICS_PORT)."""
+    g = p.add_argument_group("telemetry (Kafka) and metrics (Prometheus)")
+    g.add_argument("--kafka", default=os.environ.get("GRIDSTAT_KAFKA", ""), metavar="HOST:PORT[,HOST:PORT]",
+                   help="export telemetry records to this Kafka (docs/telemetry.md); default $GRIDSTAT_KAFKA or off")
+    g.add_argument("--metrics-port", type=int, default=int(os.environ.get("GRIDSTAT_METRICS_PORT", METRICS_OFF)),
+                   help="serve Prometheus /metrics on this port (0 = any free port, -1 = off; "
+                        "default $GRIDSTAT_METRICS_PORT or off)")
+    g.add_argument("--metrics-host", default="127.0.0.1", help="address of the /metrics endpoint")
+    g.add_argument("--telemetry-interval-ms", type=int, default=1000,
+                   help="sampling period of the exported counters and delivery samples")
+    g.add_argument("--telemetry-buffer", type=int, default=20_000,
+                   help="records held while Kafka is slow or away; beyond it the oldest are dropped and counted")
+    g.add_argument("--telemetry-compression", default="lz4", choices=["lz4", "zstd", "snappy", "gzip", "none"])
+
+
+class RoleTelemetry:
+    """The telemetry of one role process: exporter, sampling reporter and /metrics server, each optional."""
+
+    def __init__(self, role: str, name: str, *, kafka: str = "", metrics_host: str = "127.0.0.1",
+                 metrics_port: int = METRICS_OFF, interval_ms: int = 1000, buffer_records: int = 20_000,
+                 compression: str = "lz4") -> None:
+        self.role, self.name = role, name
+        self.exporter: TelemetryExporter | None = None
+        self.reporter: Reporter | None = None
+        if kafka:
+            self.exporter = TelemetryExporter(ExporterConfig(
+                bootstrap=kafka, role=role, source=name, buffer_records=buffer_records, compression=compression))
+            self.reporter = Reporter(self.exporter, interval_s=interval_ms / 1000)
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.server = MetricsServer(self.registry, metrics_host, metrics_port) if metrics_port >= 0 else None
+        if self.exporter is not None:
+            exp = self.exporter
+            self.registry.register(metrics.ExporterCollector(role, name, lambda: exp.stats, lambda: exp.buffered,
+                                                             exp.config.buffer_records))
+        self._started = self._closed = False
+
+    @classmethod
+    def from_args(cls, role: str, name: str, args: argparse.Namespace) -> RoleTelemetry:
+        return cls(role, name, kafka=args.kafka, metrics_host=args.metrics_host, metrics_port=args.metrics_port,
+                   interval_ms=args.telemetry_interval_ms, buffer_records=args.telemetry_buffer,
+                   compression=args.telemetry_compression)
+
+    @property
+    def enabled(self) -> bool:
+        return self.exporter is not None or self.server is not None
+
+    def add_sampler(self, sampler: Sampler) -> None:
+        if self.reporter is not None:
+            self.reporter.add(sampler)
+
+    def add_collector(self, collector: Any) -> None:
+        self.registry.register(collector)
+
+    async def start(self) -> None:
+        if self._started:
+            return
+        self._started = True
+        if self.exporter is not None:
+            await self.exporter.start()
+        if self.reporter is not None:
+            await self.reporter.start()
+        if self.server is not None:
+            await self.server.start()
+
+    async def stop(self, timeout_s: float = 3.0) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self.reporter is not None:
+            await self.reporter.stop()
+        if self.exporter is not None:
+            await self.exporter.stop(timeout_s)
+        if self.server is not None:
+            await self.server.stop()
+
+    @property
+    def metrics_port(self) -> int | None:
+        return self.server.port if self.server is not None and self._started else None
+
+    def ready_suffix(self) -> str:
+        """`` metrics_port=N`` for a role's READY line when /metrics is served, else ``""``."""
+        port = self.metrics_port
+        return "" if port is None else f" metrics_port={port}"
+
+
+def for_router(router: Any, args: argparse.Namespace) -> RoleTelemetry:
+    """Telemetry of a ``router.process.StatusRouter`` (counters, drops, mode; /metrics)."""
+    tel = RoleTelemetry.from_args("router", router.config.name, args)
+
+    def capacities() -> dict[str, int]:
+        return {name: int(ch.capacity) for name, ch in router.channels.items()}
+
+    tel.add_sampler(RouterSampler(router.config.name, router.stats, capacities))
+    tel.add_collector(metrics.RouterCollector(router.stats, capacities))
+    return tel
+
+
+def for_leaf_broker(broker: Any, args: argparse.Namespace) -> RoleTelemetry:
+    """Telemetry of a ``broker.leaf.LeafBroker``: admission decisions and mode changes; /metrics."""
+    tel = RoleTelemetry.from_args("broker", broker.name, args)
+    modes = BrokerModeSampler(broker.name, lambda: int(broker.current_mode))
+    recorder = BrokerRecorder(broker.name, tel.exporter, modes=modes)
+    recorder.attach(broker)
+    tel.add_sampler(modes)
+    tel.add_collector(metrics.LeafBrokerCollector(broker, recorder))
+    return tel
+
+
+def for_parent_broker(broker: Any, args: argparse.Namespace) -> RoleTelemetry:
+    """Telemetry of a ``broker.parent_service.ParentBroker`` (/metrics; its mode changes)."""
+    tel = RoleTelemetry.from_args("broker", broker.name, args)
+    recorder = BrokerRecorder(broker.name, tel.exporter)
+    if hasattr(broker, "change_mode"):
+        broker.change_mode = recorder._wrap_mode(broker, broker.change_mode)
+    tel.add_collector(metrics.ParentBrokerCollector(broker, recorder))
+    return tel
+
+
+def add_subscriber(tel: RoleTelemetry, subscriber: SubscriberLike) -> None:
+    """Add a ``client.Subscriber``'s delivery samples and metrics to a process's telemetry."""
+    tel.add_sampler(SubscriberSampler(subscriber))
+    tel.add_collector(metrics.SubscriberCollector(subscriber))

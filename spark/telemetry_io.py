@@ -1,0 +1,136 @@
+"""Shared by the Spark jobs: the session, Kafka reading, and record schemas from the JSON Schemas.
+
+The jobs read the records the roles export (services/gridstat/telemetry, docs/telemetry.md).
+Their Spark schemas are *derived* from the same JSON Schema files the exporter's records are
+tested against, so the two cannot drift apart. Records are deduplicated by (instance, seq): the
+exporter delivers at least once, and the pair identifies a record.
+
+Run the jobs with scripts/spark-submit.sh, which puts Spark's built-in Kafka source
+(spark-sql-kafka-0-10 and its dependencies, resolved from Maven Central by
+scripts/spark-deps.sh) on the class path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+#: The JSON Schemas (package data of gridstat.telemetry); GRIDSTAT_SCHEMAS overrides.
+SCHEMA_DIR = Path(os.environ.get(
+    "GRIDSTAT_SCHEMAS",
+    Path(__file__).resolve().parents[1] / "services" / "gridstat" / "telemetry" / "schemas" / "v1"))
+
+TOPICS = {
+    "counters": "gridstat.telemetry.counters",
+    "delivery": "gridstat.telemetry.delivery",
+    "drops": "gridstat.telemetry.drops",
+    "admission": "gridstat.telemetry.admission",
+    "mode_change": "gridstat.telemetry.modes",
+    "gap": "gridstat.telemetry.gaps",
+    "measurement": "gridstat.archive.measurements",
+    "qos_alert": "gridstat.alerts.qos",
+}
+
+
+def session(app: str, *, master: str | None = None) -> SparkSession:
+    """The job's session; spark-submit's --master and --jars (scripts/spark-submit.sh) apply."""
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    builder = SparkSession.builder.appName(app)
+    if master:
+        builder = builder.master(master)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
+
+
+def _spark_type(spec: dict[str, Any]) -> T.DataType:
+    types = spec.get("type")
+    if isinstance(types, list):
+        types = next((t for t in types if t != "null"), None)
+    if types is None and "const" in spec:
+        types = "integer" if isinstance(spec["const"], int) else "string"
+    if types == "integer":
+        return T.LongType()
+    if types == "number":
+        return T.DoubleType()
+    if types == "boolean":
+        return T.BooleanType()
+    if types == "array":
+        return T.ArrayType(_spark_type(spec.get("items", {})), containsNull=True)
+    if types == "object":
+        return T.StructType([T.StructField(k, _spark_type(v), True) for k, v in spec.get("properties", {}).items()])
+    # string, or any JSON value (a measurement's value): kept as its JSON text
+    return T.StringType()
+
+
+def schema_for(kind: str) -> T.StructType:
+    """The Spark schema of a record kind (``counters``, ``delivery``, ...), from its JSON Schema."""
+    doc = json.loads((SCHEMA_DIR / f"{kind}.schema.json").read_text())
+    result = _spark_type(doc)
+    assert isinstance(result, T.StructType)
+    return result
+
+
+def kafka_reader(spark: SparkSession, bootstrap: str, kind: str, *, stream: bool = False,
+                 starting: str = "earliest", max_offsets_per_trigger: int | None = None) -> DataFrame:
+    """Kafka rows (key, value, topic, partition, offset, timestamp) of a record kind's topic."""
+    reader = spark.readStream if stream else spark.read
+    r = (reader.format("kafka")
+         .option("kafka.bootstrap.servers", bootstrap)
+         .option("subscribe", TOPICS[kind])
+         .option("startingOffsets", starting)
+         .option("failOnDataLoss", "false"))
+    if not stream:
+        r = r.option("endingOffsets", "latest")
+    if stream and max_offsets_per_trigger:
+        r = r.option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))
+    return r.load()
+
+
+def parse(rows: DataFrame, kind: str, *, version: int = 1) -> DataFrame:
+    """Parse Kafka rows into typed records of ``kind``; other schemas and versions are skipped."""
+    schema = schema_for(kind)
+    name = json.loads((SCHEMA_DIR / f"{kind}.schema.json").read_text())["properties"]["schema"]["const"]
+    parsed = rows.select(F.from_json(F.col("value").cast("string"), schema).alias("r"),
+                         F.col("timestamp").alias("kafka_ts"), F.col("partition").alias("kafka_partition"),
+                         F.col("offset").alias("kafka_offset"))
+    return (parsed.where((F.col("r.schema") == name) & (F.col("r.version") == version))
+            .select("r.*", "kafka_ts", "kafka_partition", "kafka_offset"))
+
+
+def topics(spark: SparkSession, bootstrap: str, *, timeout_s: float = 30.0) -> set[str]:
+    """The topics Kafka has now (through the kafka-clients AdminClient on Spark's class path)."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    props = jvm.java.util.Properties()
+    props.put("bootstrap.servers", bootstrap)
+    props.put("request.timeout.ms", str(int(timeout_s * 1000)))
+    admin = jvm.org.apache.kafka.clients.admin.AdminClient.create(props)
+    try:
+        return set(admin.listTopics().names().get())
+    finally:
+        admin.close()
+
+
+def read_records(spark: SparkSession, bootstrap: str, kind: str, *, known: set[str] | None = None) -> DataFrame:
+    """Every record of ``kind`` now in Kafka, parsed and deduplicated by (instance, seq).
+
+    A topic that does not exist yet (nothing of that kind was ever exported) reads as empty."""
+    present = topics(spark, bootstrap) if known is None else known
+    if TOPICS[kind] not in present:
+        empty = T.StructType([*schema_for(kind).fields, T.StructField("kafka_ts", T.TimestampType()),
+                              T.StructField("kafka_partition", T.IntegerType()),
+                              T.StructField("kafka_offset", T.LongType())])
+        return spark.createDataFrame([], empty)
+    return parse(kafka_reader(spark, bootstrap, kind), kind).dropDuplicates(["instance", "seq"])
+
+
+def ms_to_ts(col: str | Column) -> Column:
+    c = F.col(col) if isinstance(col, str) else col
+    return F.timestamp_millis(c)

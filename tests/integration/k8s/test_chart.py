@@ -1,0 +1,234 @@
+"""The Helm chart against real tools and a real API server (issue 7 point 4).
+
+helm lint; helm template validated offline (kubernetes-validate, schemas of Kubernetes 1.36) and
+by a server-side dry run; helm install into the API server creating every object; and the
+operator running under the chart's own ServiceAccount and Role, as two peered replicas.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from kopf.testing import KopfRunner
+
+from .grid import Grid
+from .kube import ROOT, Cluster, has_condition, require_tools
+from .manifests import subscription
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+CHART = ROOT / "charts" / "gridstat"
+TWO_CLOUDS = Path(__file__).with_name("values-two-clouds.yaml")
+K8S_VERSION = "1.36.0"
+
+
+@pytest.fixture(scope="module")
+def tools() -> dict[str, str]:
+    return require_tools(helm=True)
+
+
+def helm(env: dict[str, str], *args: str, kubeconfig: Path | None = None,
+         check: bool = True) -> subprocess.CompletedProcess[str]:
+    extra = ["--kubeconfig", str(kubeconfig)] if kubeconfig else []
+    proc = subprocess.run(["helm", *args, *extra], capture_output=True, text=True, env=env, timeout=120)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"helm {' '.join(args)} failed: {proc.stderr}")
+    return proc
+
+
+def render(env: dict[str, str], *values: Path, namespace: str = "grid", crds: bool = False) -> list[dict]:
+    args = ["template", "rel", str(CHART), "--namespace", namespace, "--kube-version", K8S_VERSION]
+    args += [a for v in values for a in ("-f", str(v))]
+    if crds:
+        args.append("--include-crds")
+    return [d for d in yaml.safe_load_all(helm(env, *args).stdout) if d]
+
+
+def test_helm_lint_passes_with_defaults_and_with_every_part_on(tools: dict[str, str]) -> None:
+    for values in ([], ["-f", str(TWO_CLOUDS)]):
+        proc = helm(tools, "lint", "--strict", str(CHART), "--kube-version", K8S_VERSION, *values)
+        assert "0 chart(s) failed" in proc.stdout
+
+
+def test_values_are_checked_by_the_schema_and_the_cross_field_rules(tools: dict[str, str]) -> None:
+    bad = helm(tools, "template", "rel", str(CHART), "--set", "router.eventPort=high", check=False)
+    assert bad.returncode != 0 and "/router/eventPort" in bad.stderr
+    sets = ["clouds[0].name=A", "clouds[0].routers[0].name=e1", "clouds[0].routers[0].id=1",
+            "clouds[0].routers[0].role=edge", "clouds[0].links[0].a=e1", "clouds[0].links[0].b=zz"]
+    dup = helm(tools, "template", "rel", str(CHART), *(a for s in sets for a in ("--set", s)), check=False)
+    assert dup.returncode != 0 and "VALUES VALIDATION" in dup.stderr and "zz" in dup.stderr
+    two = helm(tools, "template", "rel", str(CHART), "-f", str(TWO_CLOUDS), "--set", "parent.enabled=false",
+               check=False)
+    assert two.returncode != 0 and "parent.enabled" in two.stderr
+
+
+def test_one_workload_per_role_with_probes_pdbs_policies_and_least_privilege(tools: dict[str, str]) -> None:
+    docs = render(tools, TWO_CLOUDS)
+    kinds = [(d["kind"], d["metadata"]["name"]) for d in docs]
+    workloads = {n: k for k, n in kinds if k in ("StatefulSet", "Deployment")}
+    assert workloads == {"rel-gridstat-broker-a": "StatefulSet", "rel-gridstat-broker-b": "StatefulSet",
+                         "rel-gridstat-router-a": "StatefulSet", "rel-gridstat-router-b": "StatefulSet",
+                         "rel-gridstat-parent": "StatefulSet", "rel-gridstat-operator": "Deployment",
+                         "rel-gridstat-condensation-host": "Deployment"}
+    for d in docs:
+        if d["kind"] in ("StatefulSet", "Deployment") and "condensation" not in d["metadata"]["name"]:
+            c = d["spec"]["template"]["spec"]["containers"][0]
+            assert "livenessProbe" in c and "readinessProbe" in c, d["metadata"]["name"]
+            assert all(c["securityContext"]["readOnlyRootFilesystem"] is True
+                       for c in d["spec"]["template"]["spec"]["containers"])
+    assert sum(k == "PodDisruptionBudget" for k, _ in kinds) == 5
+    assert sum(k == "NetworkPolicy" for k, _ in kinds) == 4
+    (role,) = [d for d in docs if d["kind"] == "Role"]
+    resources = {r for rule in role["rules"] for r in rule["resources"]}
+    assert "secrets" not in resources and "pods" not in resources
+    assert all("*" not in rule["verbs"] for rule in role["rules"])
+    dashboards = [d for d in docs if d["kind"] == "ConfigMap" and "dashboard" in d["metadata"]["name"]]
+    assert len(dashboards) >= 1 and all(json.loads(next(iter(d["data"].values())))["uid"] for d in dashboards)
+
+
+def test_rendered_manifests_pass_kubernetes_validate(tools: dict[str, str], tmp_path: Path) -> None:
+    for i, values in enumerate(([], [TWO_CLOUDS])):
+        out = tmp_path / f"rendered-{i}.yaml"
+        docs = render(tools, *values, crds=True)
+        out.write_text(yaml.safe_dump_all(docs))
+        proc = subprocess.run([sys.executable, "-m", "kubernetes_validate", "--strict", "--kubernetes-version",
+                               K8S_VERSION, str(out)], capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        # every object but the KopfPeering (a custom resource, checked by the dry run below) has a schema
+        assert proc.stdout.count(" passed for resource ") == len(docs) - 1, proc.stdout
+
+
+def test_a_server_side_dry_run_accepts_everything(tools: dict[str, str], cluster: Cluster) -> None:
+    cluster.kubectl("create", "namespace", "dry")
+    for values in ([], [TWO_CLOUDS]):
+        docs = render(tools, *values, namespace="dry", crds=True)
+        # Pods are admitted only with their ServiceAccount present: create those for real first.
+        accounts = [d for d in docs if d["kind"] == "ServiceAccount"]
+        cluster.kubectl("apply", "-n", "dry", "-f", "-", input=yaml.safe_dump_all(accounts))
+        proc = cluster.kubectl("apply", "--server-side", "--dry-run=server", "-n", "dry", "-f", "-",
+                               input=yaml.safe_dump_all(docs), check=False)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.count("(server dry run)") == len(docs)
+
+
+@pytest.fixture(scope="module")
+def release(tools: dict[str, str], cluster: Cluster) -> Iterator[str]:
+    namespace = "utility"
+    env = {**tools, "KUBECONFIG": str(cluster.kubeconfig)}
+    helm(env, "install", "rel", str(CHART), "--namespace", namespace, "--create-namespace",
+         "--set", "operator.replicas=2")
+    yield namespace
+    helm(env, "uninstall", "rel", "--namespace", namespace, "--wait=false", check=False)
+
+
+def test_helm_install_creates_every_object(tools: dict[str, str], cluster: Cluster, release: str) -> None:
+    env = {**tools, "KUBECONFIG": str(cluster.kubeconfig)}
+    manifest = [d for d in yaml.safe_load_all(helm(env, "get", "manifest", "rel", "-n", release).stdout) if d]
+    assert len(manifest) >= 25
+    for d in manifest:
+        got = cluster.kubectl("get", d["kind"].lower() + "." + d["apiVersion"].split("/")[0]
+                              if "/" in d["apiVersion"] else d["kind"].lower(), d["metadata"]["name"],
+                              "-n", release, "-o", "name", check=False)
+        assert got.returncode == 0, f"{d['kind']}/{d['metadata']['name']}: {got.stderr}"
+    # kube-controller-manager acts on them: the operator's Deployment gets its ReplicaSet.
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        rs = json.loads(cluster.kubectl("get", "replicasets", "-n", release, "-o", "json").stdout)["items"]
+        if rs:
+            break
+        time.sleep(0.5)
+    assert rs and rs[0]["spec"]["replicas"] == 2
+    for verb, resource, allowed in (("patch", "subscriptions.gridstat.io/status", "yes"),
+                                    ("watch", "modes.gridstat.io", "yes"), ("get", "secrets", "no"),
+                                    ("list", "pods", "no"), ("delete", "subscriptions.gridstat.io", "no")):
+        answer = cluster.kubectl("auth", "can-i", verb, resource, "-n", release,
+                                 f"--as=system:serviceaccount:{release}:rel-gridstat-operator", check=False)
+        assert answer.stdout.strip() == allowed, (verb, resource, answer.stdout, answer.stderr)
+
+
+def _sa_kubeconfig(cluster: Cluster, namespace: str, path: Path) -> Path:
+    token = cluster.kubectl("create", "token", "rel-gridstat-operator", "-n", namespace, "--duration=1h").stdout
+    config = yaml.safe_load(cluster.kubeconfig.read_text())
+    config["users"] = [{"name": "admin", "user": {"token": token.strip()}}]
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def test_two_operator_replicas_under_the_charts_rbac_take_turns(
+        tools: dict[str, str], cluster: Cluster, grid: Grid, release: str, tmp_path: Path) -> None:
+    kubeconfig = _sa_kubeconfig(cluster, release, tmp_path / "operator.kubeconfig")
+    env = {**tools, "KUBECONFIG": str(kubeconfig), "GRIDSTAT_BROKERS": f"A={grid.address}",
+           "GRIDSTAT_OPERATOR_PEERING_LIFETIME_S": "10", "PYTHONUNBUFFERED": "1"}
+    log = (tmp_path / "standby.log").open("w+")
+    standby = subprocess.Popen(
+        [sys.executable, "-m", "gridstat_operator", "--namespace", release, "--peering", "rel-gridstat",
+         "--liveness", "http://127.0.0.1:0/healthz"],
+        env={**env, "GRIDSTAT_OPERATOR_PRIORITY": "1"}, stdout=log, stderr=subprocess.STDOUT)
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    os.environ["GRIDSTAT_OPERATOR_PRIORITY"] = "1000"
+    try:
+        with KopfRunner(["run", "--namespace", release, "--peering", "rel-gridstat", "-m",
+                         "gridstat_operator.handlers"], timeout=60):
+            cluster.apply(subscription("first", release, variables=("pmu1/volt",)))
+            cluster.wait_for("gsub", "first", release, has_condition("Ready", "True"), timeout_s=30, what="Ready")
+            # both replicas announce themselves in the chart's KopfPeering; the lower priority one waits
+            peering = cluster.wait_for("kopfpeering", "rel-gridstat", release,
+                                       lambda b: len((b or {}).get("status") or {}) == 2, what="two peers")
+            assert peering is not None
+            assert sorted(p["priority"] for p in peering["status"].values()) == [1, 1000]
+            admitted = [e for e in cluster.events(release, "first") if e["reason"] == "Admitted"]
+            assert sum(e.get("count", 1) for e in admitted) == 1  # acted on once, not twice
+        # the active replica is gone: the standby resumes and takes the next resource
+        cluster.apply(subscription("second", release, variables=("pmu1/angle",)))
+        cluster.wait_for("gsub", "second", release, has_condition("Ready", "True"), timeout_s=60, what="Ready")
+        cluster.kubectl("delete", "gsub", "first", "second", "-n", release, "--timeout=30s")
+        assert grid.broker_subscriptions(f"k8s:{release}:") == []
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        os.environ.pop("GRIDSTAT_OPERATOR_PRIORITY", None)
+        standby.send_signal(signal.SIGTERM)
+        try:
+            standby.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            standby.kill()
+            standby.wait()
+        log.close()
+
+
+def test_every_value_is_documented_in_the_schema_and_the_readme() -> None:
+    import re
+
+    text = (CHART / "values.yaml").read_text()
+    params = re.findall(r"## @param (\S+) ", text)
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    readme = (CHART / "README.md").read_text()
+    for param in params:
+        assert f"`{param}`" in readme, f"{param} is not in charts/gridstat/README.md"
+        node = schema
+        for part in re.findall(r"[^.\[\]]+|\[\d+\]", param):
+            node = node["items"] if part.startswith("[") else node["properties"][part]
+    values = yaml.safe_load(text)
+
+    def covered(path: str) -> bool:
+        return any(p == path or p.startswith((path + ".", path + "[")) or path.startswith(p + ".")
+                   for p in params)
+
+    for key, value in values.items():
+        assert covered(key), f"{key} has no ## @param"
+        if isinstance(value, dict):
+            for sub in value:
+                assert covered(f"{key}.{sub}"), f"{key}.{sub} has no ## @param"

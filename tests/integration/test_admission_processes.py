@@ -172,3 +172,28 @@ def test_percentage_policy_admits_the_guaranteed_fraction_with_best_effort_route
         by_id = {r.route_id.split("/")[0]: r for r in routes(routers["e2"])}
         assert by_id[first.subscription.subscription_id].best_effort is False
         assert by_id[part.subscription.subscription_id].best_effort is True
+
+
+def test_a_restarted_controller_learns_every_held_subscription_again(tmp_path: Path) -> None:
+    with controller() as (proc, port), cloud(tmp_path, port, ("e1", "i1", "e2")) as (broker, _routers):
+        setup_clients(broker)
+        assert subscribe(broker, "ems", "pmu1/freq").admission.decided_by == "controller"
+        stop_process(proc)
+        fallback = subscribe(broker, "ems2", "pmu1/volt")  # admitted by the broker alone
+        assert fallback.admitted and fallback.admission.fallback
+        # The controller comes back at the same address with empty (in-memory) state.
+        with controller("--port", str(port)) as (_proc2, port2):
+            assert port2 == port
+            # The broker's gRPC channel reconnects with back-off; until it does, the broker decides alone.
+            for _ in range(20):
+                after = subscribe(broker, "ems", "pmu1/volt")
+                if after.admission.decided_by == "controller":
+                    break
+                broker.stub.Unsubscribe(bpb.UnsubscribeRequest(subscription_id=after.subscription.subscription_id),
+                                        timeout=5)
+                time.sleep(0.5)
+            assert after.admitted and after.admission.decided_by == "controller", after.admission
+            with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+                state = apb_grpc.AdmissionControlStub(ch).GetState(apb.GetAdmissionStateRequest(), timeout=5)
+            # All three held subscriptions, the one admitted during the outage included, count against capacity.
+            assert len(state.admitted) == 3, [a.subscription_id for a in state.admitted]

@@ -108,6 +108,8 @@ class AdmissionLink:
         self._releases: set[str] = set()
         #: Outcomes so far: admitted, partial, rejected, fallback.
         self.counts: dict[str, int] = {"admitted": 0, "partial": 0, "rejected": 0, "fallback": 0}
+        #: Held subscriptions must be registered again (controller restarted, or missed some).
+        self._replay = False
 
     async def close(self) -> None:
         await self._channel.close()
@@ -135,12 +137,33 @@ class AdmissionLink:
             for sid in sorted(self._releases):
                 await self._stub.Release(apb.ReleaseRequest(subscription_id=sid), timeout=self.deadline_s)
                 self._releases.discard(sid)
+            if self._replay:
+                await self._replay_held(broker)
+
+    async def _replay_held(self, broker: LeafBroker) -> None:
+        """Register every subscription the broker holds with a controller that lacks them: one
+        that restarted (its state is in memory) or one that was unreachable while subscriptions were
+        admitted by the broker's own check. Admit is idempotent per subscription id, so the ones it
+        already holds cost a lookup. A refusal here cannot undo what is installed; it is logged and
+        counted, and the controller then knows the load it refused."""
+        refused = 0
+        for record in list(broker.state.subscriptions.values()):
+            reply = await self._stub.Admit(self._request(broker, record), timeout=self.deadline_s)
+            if not reply.admitted:
+                refused += 1
+        self._replay = False
+        self.counts["replayed"] = self.counts.get("replayed", 0) + len(broker.state.subscriptions)
+        if refused:
+            self.counts["replay_refused"] = self.counts.get("replay_refused", 0) + refused
+            log.warning("admission controller %s refused %d of the %d subscriptions the broker holds when they "
+                        "were registered again", self.address, refused, len(broker.state.subscriptions))
 
     def _note_epoch(self, epoch: str) -> None:
         if self._epoch and epoch != self._epoch:
-            log.warning("admission controller %s restarted: declaring resources and advertisements again",
-                        self.address)
+            log.warning("admission controller %s restarted: declaring resources, advertisements and held "
+                        "subscriptions again", self.address)
             self._resources_version = self._adverts_version = -1
+            self._replay = True
         self._epoch = epoch
 
     def _advertisements(self, broker: LeafBroker) -> Iterable[apb.Advertisement]:
@@ -168,6 +191,7 @@ class AdmissionLink:
                 reply = await self._stub.Admit(request, timeout=self.deadline_s)
         except grpc.aio.AioRpcError as exc:
             self.counts["fallback"] += 1
+            self._replay = True  # the controller will not know this one: register it when it is back
             what = "unreachable" if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED) \
                 else f"failed ({exc.code().name}: {exc.details()})"
             log.warning("admission controller %s %s; subscription %s decided by the broker's own reservation check",

@@ -138,8 +138,8 @@ class ModeQoS:
     def key(self) -> tuple[int, int, int, int, int]:
         """What the broker holds of it (extrapolation is the subscriber's business).
 
-        The broker reads a zero priority or redundancy as 1 (proto3 cannot tell 0 from unset),
-        so the key does too; otherwise a priority-0 subscription would be "changed" forever.
+        The broker reads a zero redundancy as 1, so the key does too; otherwise such a subscription
+        would be "changed" forever. Priority 0 (alert) is kept: the field has presence.
         """
         return qos_key(self.mode_id, self.interval_ms, self.latency_ms, self.redundancy, self.priority)
 
@@ -157,7 +157,7 @@ QoSKey = tuple[int, int, int, int, int]
 
 def qos_key(mode_id: int, interval_ms: int, latency_ms: int, redundancy: int, priority: int) -> QoSKey:
     """A mode's QoS as the broker stores it (see ModeQoS.key)."""
-    return (mode_id, interval_ms, latency_ms, redundancy or 1, priority or 1)
+    return (mode_id, interval_ms, latency_ms, redundancy or 1, priority)
 
 
 @dataclass(frozen=True)

@@ -59,8 +59,8 @@ from gridstat.condensation.calculators import InputInfo
 from gridstat.condensation.spec import check_inputs, spec_from_message
 from gridstat.condensation.triggers import TriggerKind
 from gridstat.core import rpc
-from gridstat.core.model import MAX_MODES, PRIORITY_HIGH, StatusVariable, TypeSpec, ValueType, check_name
-from gridstat.core.protoconv import type_from_pb
+from gridstat.core.model import MAX_MODES, StatusVariable, TypeSpec, ValueType, check_name
+from gridstat.core.protoconv import priority_of, type_from_pb
 from gridstat.errors import (
     DuplicateName,
     GridStatError,
@@ -224,7 +224,7 @@ def _output(request: bpb.CreateCondensationRequest, spec: cpb.CondensationSpec, 
         alert = True
     if alert and not min_interval:
         min_interval = interval or min(i.pub_interval_ms for i in inputs)
-    return _Output(publisher, variable, _TYPE_NAMES[spec.output_type], interval, int(out.priority or PRIORITY_HIGH),
+    return _Output(publisher, variable, _TYPE_NAMES[spec.output_type], interval, priority_of(out),
                    alert, min_interval)
 
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from gridstat.broker.flooding import FloodingHolder
 from gridstat.core.model import StatusVariable
-from gridstat.core.protoconv import type_from_pb, type_to_pb
+from gridstat.core.protoconv import priority_of, type_from_pb, type_to_pb
 from gridstat.errors import ValidationError
 from gridstat.v1 import broker_pb2 as pb
 
@@ -47,7 +47,7 @@ def publication_from_pb(p: pb.Publication) -> StatusVariable:
     if t is None or not p.variable_id:
         raise ValidationError("a parent's flooding request carries the publication with its type and id",
                               field="publication")
-    return StatusVariable(p.publisher, p.variable, t, p.interval_ms, p.priority or 1, p.alert, p.min_interval_ms,
+    return StatusVariable(p.publisher, p.variable, t, p.interval_ms, priority_of(p), p.alert, p.min_interval_ms,
                           variable_id=p.variable_id)
 
 

@@ -22,7 +22,7 @@ from gridstat.broker.segments import SegmentKind, segment_id
 from gridstat.broker.state import ForeignChannel, ModeQoS, RouterEndpoint, SubscriptionRecord
 from gridstat.broker.topology import RouterRole
 from gridstat.core import rpc
-from gridstat.core.protoconv import type_from_pb, type_to_pb
+from gridstat.core.protoconv import priority_of, type_from_pb, type_to_pb
 from gridstat.errors import (
     ChannelUnavailable,
     GridStatError,
@@ -54,7 +54,7 @@ def rejection(exc: GridStatError) -> pb.Rejection:
 
 
 def qos_from_pb(m: pb.ModeQoS) -> ModeQoS:
-    return ModeQoS(m.mode, m.interval_ms, float(m.latency_ms), m.redundancy or 1, m.priority or 1,
+    return ModeQoS(m.mode, m.interval_ms, float(m.latency_ms), m.redundancy or 1, priority_of(m),
                    m.price if m.HasField("price") else 1.0, m.best_effort)
 
 
@@ -93,7 +93,8 @@ class QoSBrokerServicer(ModesServicerMixin, FloodingServicerMixin, CondensationS
                                                                first_time=request.first_time)
             ep = self.broker.state.endpoints[request.edge_router]
             return pb.RegisterClientReply(client_id=cid, event_host=ep.event_host, event_port=ep.event_port,
-                                          current_mode=self.broker.current_mode, restarted=restarted)
+                                          current_mode=self.broker.current_mode, restarted=restarted,
+                                          channel_key=self.broker.client_key(request.edge_router, cid))
         return await self._run(context, call)
 
     async def UnregisterClient(self, request: pb.UnregisterClientRequest, context: Any) -> pb.UnregisterClientReply:
@@ -111,8 +112,9 @@ class QoSBrokerServicer(ModesServicerMixin, FloodingServicerMixin, CondensationS
             t = type_from_pb(p.type, field="publication.type")
             if t is None:
                 raise ValidationError("a publication needs a value type", field="publication.type.kind")
+            self.broker.authorize("publish", p.publisher, f"{p.publisher}/{p.variable}", field="publication.variable")
             var = await self.broker.register_publication(
-                p.publisher, p.variable, t, interval_ms=p.interval_ms, priority=p.priority or 1, alert=p.alert,
+                p.publisher, p.variable, t, interval_ms=p.interval_ms, priority=priority_of(p), alert=p.alert,
                 min_interval_ms=p.min_interval_ms, edge_router=p.edge_router,
                 max_rate_eps=p.max_rate_eps if p.HasField("max_rate_eps") else None)
             return pb.RegisterPublicationReply(publication=self._publication(var.full_name))
@@ -145,6 +147,7 @@ class QoSBrokerServicer(ModesServicerMixin, FloodingServicerMixin, CondensationS
             qos = [qos_from_pb(q) for q in s.qos]
             t = type_from_pb(s.type, field="subscription.type")
             try:
+                self.broker.authorize("subscribe", s.subscriber, s.variable, field="subscription.variable")
                 record = await self.broker.subscribe(s.subscriber, s.variable, t, qos, edge_router=s.edge_router,
                                                      subscription_id=s.subscription_id)
             except UnknownVariable as exc:
@@ -296,7 +299,7 @@ class SegmentsServicer(pb_grpc.SegmentsServicer):
             k = request.key
             q = request.qos
             budget = request.latency_budget_ms or q.latency_ms
-            qos = ModeQoS(k.mode, q.interval_ms, float(budget), 1, q.priority or 1,
+            qos = ModeQoS(k.mode, q.interval_ms, float(budget), 1, priority_of(q),
                           q.price if q.HasField("price") else 1.0, q.best_effort)
             try:
                 record = await self.broker.reserve_segment(

@@ -79,7 +79,7 @@ class CondensationHost:
         out_interval = doc.output.interval_ms or doc.spec.trigger.interval_ms
         self.publisher = await Publisher.connect(publisher, self.edge_control, tls=self.tls)
         self.output = await self.publisher.register(
-            doc.output.variable, TypeSpec.parse(output_type), out_interval, priority=doc.output.priority or 1,
+            doc.output.variable, TypeSpec.parse(output_type), out_interval, priority=doc.output.priority,
             alert=doc.output.alert, min_interval_ms=doc.output.min_interval_ms or (out_interval if doc.output.alert
                                                                                    else 0))
         self.subscriber = await Subscriber.connect(self.name, self.edge_control, tls=self.tls)

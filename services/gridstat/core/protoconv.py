@@ -6,7 +6,9 @@ so that a type travels the same way whichever role sends it.
 
 from __future__ import annotations
 
-from gridstat.core.model import StructType, TypeSpec, ValueType
+from typing import Any
+
+from gridstat.core.model import PRIORITY_HIGH, StructType, TypeSpec, ValueType
 from gridstat.errors import ValidationError
 from gridstat.v1 import broker_pb2 as bpb
 
@@ -39,3 +41,8 @@ def type_from_pb(msg: bpb.ValueType, *, field: str = "type") -> TypeSpec | None:
             raise ValidationError("a struct type needs struct_name", field=f"{field}.struct_name")
         return TypeSpec(kind, StructType(msg.struct_name, tuple((f.name, f.type) for f in msg.fields)))
     return TypeSpec(kind)
+
+
+def priority_of(message: Any) -> int:
+    """A message's ``optional uint32 priority``: 0 (alert) when set to 0, PRIORITY_HIGH when unset."""
+    return int(message.priority) if message.HasField("priority") else PRIORITY_HIGH

@@ -173,7 +173,7 @@ class Publication(_message.Message):
     interval_ms: _builtins.int
     """publication interval (periodic variables)"""
     priority: _builtins.int
-    """0 alert .. 6 low"""
+    """0 alert .. 6 low; unset = 1"""
     alert: _builtins.bool
     min_interval_ms: _builtins.int
     """alert variables: smallest gap between two alerts"""
@@ -197,7 +197,7 @@ class Publication(_message.Message):
         variable: _builtins.str = ...,
         type: Global___ValueType | None = ...,
         interval_ms: _builtins.int = ...,
-        priority: _builtins.int = ...,
+        priority: _builtins.int | None = ...,
         alert: _builtins.bool = ...,
         min_interval_ms: _builtins.int = ...,
         variable_id: _builtins.int = ...,
@@ -205,13 +205,18 @@ class Publication(_message.Message):
         cloud: _builtins.str = ...,
         max_rate_eps: _builtins.float | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_max_rate_eps", b"_max_rate_eps", "max_rate_eps", b"max_rate_eps", "type", b"type"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_max_rate_eps", b"_max_rate_eps", "_priority", b"_priority", "max_rate_eps", b"max_rate_eps", "priority", b"priority", "type", b"type"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_rate_eps", b"_max_rate_eps", "alert", b"alert", "cloud", b"cloud", "edge_router", b"edge_router", "interval_ms", b"interval_ms", "max_rate_eps", b"max_rate_eps", "min_interval_ms", b"min_interval_ms", "priority", b"priority", "publisher", b"publisher", "type", b"type", "variable", b"variable", "variable_id", b"variable_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_rate_eps", b"_max_rate_eps", "_priority", b"_priority", "alert", b"alert", "cloud", b"cloud", "edge_router", b"edge_router", "interval_ms", b"interval_ms", "max_rate_eps", b"max_rate_eps", "min_interval_ms", b"min_interval_ms", "priority", b"priority", "publisher", b"publisher", "type", b"type", "variable", b"variable", "variable_id", b"variable_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__max_rate_eps: _TypeAlias = _typing.Literal["max_rate_eps"]  # noqa: Y015
     _WhichOneofArgType__max_rate_eps: _TypeAlias = _typing.Literal["_max_rate_eps", b"_max_rate_eps"]  # noqa: Y015
+    _WhichOneofReturnType__priority: _TypeAlias = _typing.Literal["priority"]  # noqa: Y015
+    _WhichOneofArgType__priority: _TypeAlias = _typing.Literal["_priority", b"_priority"]  # noqa: Y015
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__max_rate_eps) -> _WhichOneofReturnType__max_rate_eps | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__priority) -> _WhichOneofReturnType__priority | None: ...
 
 Global___Publication: _TypeAlias = Publication  # noqa: Y015
 
@@ -236,6 +241,7 @@ class ModeQoS(_message.Message):
     redundancy: _builtins.int
     """number of node-disjoint paths (>= 1)"""
     priority: _builtins.int
+    """0 alert .. 6 low; unset = 1"""
     price: _builtins.float
     """What one delivered event is worth to the subscriber (HAPS maxprice; unset = 1): overloaded
     routers shed the lowest-valued events and links first (docs/overload.md).
@@ -249,17 +255,22 @@ class ModeQoS(_message.Message):
         interval_ms: _builtins.int = ...,
         latency_ms: _builtins.int = ...,
         redundancy: _builtins.int = ...,
-        priority: _builtins.int = ...,
+        priority: _builtins.int | None = ...,
         price: _builtins.float | None = ...,
         best_effort: _builtins.bool = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_price", b"_price", "price", b"price"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_price", b"_price", "_priority", b"_priority", "price", b"price", "priority", b"priority"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_price", b"_price", "best_effort", b"best_effort", "interval_ms", b"interval_ms", "latency_ms", b"latency_ms", "mode", b"mode", "price", b"price", "priority", b"priority", "redundancy", b"redundancy"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_price", b"_price", "_priority", b"_priority", "best_effort", b"best_effort", "interval_ms", b"interval_ms", "latency_ms", b"latency_ms", "mode", b"mode", "price", b"price", "priority", b"priority", "redundancy", b"redundancy"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__price: _TypeAlias = _typing.Literal["price"]  # noqa: Y015
     _WhichOneofArgType__price: _TypeAlias = _typing.Literal["_price", b"_price"]  # noqa: Y015
+    _WhichOneofReturnType__priority: _TypeAlias = _typing.Literal["priority"]  # noqa: Y015
+    _WhichOneofArgType__priority: _TypeAlias = _typing.Literal["_priority", b"_priority"]  # noqa: Y015
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__price) -> _WhichOneofReturnType__price | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__priority) -> _WhichOneofReturnType__priority | None: ...
 
 Global___ModeQoS: _TypeAlias = ModeQoS  # noqa: Y015
 
@@ -471,6 +482,7 @@ class RegisterClientReply(_message.Message):
     EVENT_PORT_FIELD_NUMBER: _builtins.int
     CURRENT_MODE_FIELD_NUMBER: _builtins.int
     RESTARTED_FIELD_NUMBER: _builtins.int
+    CHANNEL_KEY_FIELD_NUMBER: _builtins.int
     client_id: _builtins.int
     """the sender id a publisher writes into its datagrams"""
     event_host: _builtins.str
@@ -479,6 +491,8 @@ class RegisterClientReply(_message.Message):
     current_mode: _builtins.int
     restarted: _builtins.bool
     """the broker held state for this client and removed it (first_time)"""
+    channel_key: _builtins.bytes
+    """the key of the client's event channel at its edge router; empty = unauthenticated"""
     def __init__(
         self,
         *,
@@ -487,10 +501,11 @@ class RegisterClientReply(_message.Message):
         event_port: _builtins.int = ...,
         current_mode: _builtins.int = ...,
         restarted: _builtins.bool = ...,
+        channel_key: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["client_id", b"client_id", "current_mode", b"current_mode", "event_host", b"event_host", "event_port", b"event_port", "restarted", b"restarted"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["channel_key", b"channel_key", "client_id", b"client_id", "current_mode", b"current_mode", "event_host", b"event_host", "event_port", b"event_port", "restarted", b"restarted"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -87,6 +87,8 @@ class Channel(_message.Message):
     RTT_MS_FIELD_NUMBER: _builtins.int
     FLOOD_ALL_FIELD_NUMBER: _builtins.int
     SHAPING_FIELD_NUMBER: _builtins.int
+    KEY_FIELD_NUMBER: _builtins.int
+    AUTHENTICATED_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """unique on this router, e.g. the neighbour's name"""
     peer_id: _builtins.int
@@ -107,6 +109,13 @@ class Channel(_message.Message):
     """read only"""
     flood_all: _builtins.bool
     """subscriber channels: deliver every flooded variable (flood-all subscription)"""
+    key: _builtins.bytes
+    """Write only (never returned): the channel's datagram authentication key, >= 16 bytes; empty = none.
+    Datagrams from the peer must carry its HMAC-SHA256 tag and a fresh sequence number; datagrams
+    to it are signed (docs/security.md). Distributed over the (m)TLS control plane only.
+    """
+    authenticated: _builtins.bool
+    """read only: the channel has a key"""
     @_builtins.property
     def shaping(self) -> Global___Shaping:
         """read only in ListChannels; set with SetChannelShaping"""
@@ -126,10 +135,12 @@ class Channel(_message.Message):
         rtt_ms: _builtins.float = ...,
         flood_all: _builtins.bool = ...,
         shaping: Global___Shaping | None = ...,
+        key: _builtins.bytes = ...,
+        authenticated: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["shaping", b"shaping"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["capacity", b"capacity", "flood_all", b"flood_all", "host", b"host", "kind", b"kind", "level", b"level", "mtu", b"mtu", "name", b"name", "peer_id", b"peer_id", "port", b"port", "rtt_ms", b"rtt_ms", "shaping", b"shaping", "up", b"up"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["authenticated", b"authenticated", "capacity", b"capacity", "flood_all", b"flood_all", "host", b"host", "key", b"key", "kind", b"kind", "level", b"level", "mtu", b"mtu", "name", b"name", "peer_id", b"peer_id", "port", b"port", "rtt_ms", b"rtt_ms", "shaping", b"shaping", "up", b"up"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -267,22 +278,28 @@ class UpdateChannelRequest(_message.Message):
     NAME_FIELD_NUMBER: _builtins.int
     LEVEL_FIELD_NUMBER: _builtins.int
     FLOOD_ALL_FIELD_NUMBER: _builtins.int
+    KEY_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     level: _builtins.int
     """1.. (1 = same cloud)"""
     flood_all: _builtins.bool
+    key: _builtins.bytes
+    """set: rotate the channel key (empty clears it); the replay window restarts"""
     def __init__(
         self,
         *,
         name: _builtins.str = ...,
         level: _builtins.int = ...,
         flood_all: _builtins.bool = ...,
+        key: _builtins.bytes | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_key", b"_key", "key", b"key"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["flood_all", b"flood_all", "level", b"level", "name", b"name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_key", b"_key", "flood_all", b"flood_all", "key", b"key", "level", b"level", "name", b"name"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__key: _TypeAlias = _typing.Literal["key"]  # noqa: Y015
+    _WhichOneofArgType__key: _TypeAlias = _typing.Literal["_key", b"_key"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__key) -> _WhichOneofReturnType__key | None: ...
 
 Global___UpdateChannelRequest: _TypeAlias = UpdateChannelRequest  # noqa: Y015
 

@@ -113,8 +113,11 @@ def test_a_removed_mode_or_a_moved_edge_replaces_the_subscription() -> None:
 
 def test_priority_zero_matches_what_the_broker_stores() -> None:
     ds = desired({**SPEC, "qos": {**SPEC["qos"], "priority": 0}})
-    held = plan.ActualSubscription(ds[0].subscription_id, "ems", "pmu1/freq", "e2", {0: (0, 20, 50, 2, 1)})
+    held = plan.ActualSubscription(ds[0].subscription_id, "ems", "pmu1/freq", "e2", {0: (0, 20, 50, 2, 0)})
     assert plan.plan_subscription(ds[:1], [held]).empty
+    # A broker holding it at priority 1 (before the field had presence) is brought to 0.
+    stale = plan.ActualSubscription(ds[0].subscription_id, "ems", "pmu1/freq", "e2", {0: (0, 20, 50, 2, 1)})
+    assert not plan.plan_subscription(ds[:1], [stale]).empty
 
 
 def test_the_fingerprint_moves_with_membership_only() -> None:

@@ -15,7 +15,7 @@ mypy
 mypy --strict operator/gridstat_operator
 echo "== import layers"
 lint-imports .importlinter
-lint-imports --config operator/.importlinter
+lint-imports operator/.importlinter
 echo "== CRDs in charts/gridstat/crds are generated from operator/crds"
 python -m gridstat_operator.crdgen --check
 echo "== Apache Kafka and Spark's Kafka source from Maven Central (cached in ~/.cache/gridstat)"

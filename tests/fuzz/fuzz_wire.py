@@ -7,7 +7,10 @@ Contract checked for every input:
   drop has the reason the decoder gives (or ``unknown_sender``); a well-formed shed notice (kind 5)
   is decoded by both and counted by neither;
 * the forwarder's counters stay consistent:
-  ``events_in == forwarded + filtered + unknown_variable + future_timestamp``.
+  ``events_in == forwarded + filtered + unknown_variable + future_timestamp``;
+* on a keyed (authenticated) channel, an events datagram from the known sender whose tag does not
+  verify is counted ``auth_failed`` and nothing else (the tag is checked before the body); one that
+  verifies (a signed seed) is counted as on an unkeyed channel.
 
 Run by hand::
 
@@ -67,6 +70,9 @@ def _rig(variant: Variant) -> tuple[Forwarder, dict[tuple[str, int], _Target]]:
 
 
 _RIGS = [_rig(Variant.CLOSE), _rig(Variant.SPARSE)]
+KEY = b"fuzz-channel-key-0123456789abcdef"
+_KEYED = _rig(Variant.CLOSE)
+_KEYED[0].by_sender[PUB].set_key(KEY)
 
 
 def _expected_reason(data: bytes) -> str | None:
@@ -85,16 +91,26 @@ def _expected_reason(data: bytes) -> str | None:
     return None
 
 
+def _keyed_reason(data: bytes, want: str | None) -> str | None:
+    if wire.HEADER_SIZE <= len(data) <= wire.MAX_DATAGRAM:
+        magic, version, kind, sender, *_ = wire.HEADER.unpack_from(data, 0)
+        if (magic, version, kind, sender) == (wire.MAGIC, wire.WIRE_VERSION, wire.KIND_EVENTS, PUB) \
+                and not wire.verify_datagram(KEY, data):
+            return DropReason.AUTH_FAILED.value
+    return want
+
+
 def TestOneInput(data: bytes) -> None:  # atheris looks for this name
     want = _expected_reason(data)
-    for fw, targets in _RIGS:
+    _KEYED[0].by_sender[PUB].replay.reset()  # each input on its own: a verified one is fresh
+    for fw, targets, expect in ((*_RIGS[0], want), (*_RIGS[1], want), (*_KEYED, _keyed_reason(data, want))):
         before = Counter(fw.drops)
         fw.process(data, NOW)  # nothing may escape
         delta = Counter(fw.drops)
         delta.subtract(before)
         got = {k: v for k, v in delta.items() if v and k not in _EVENT_REASONS}
-        if got != ({want: 1} if want else {}):
-            raise AssertionError(f"forwarder counted {got}, decoder says {want!r} for {data.hex()}")
+        if got != ({expect: 1} if expect else {}):
+            raise AssertionError(f"forwarder counted {got}, expected {expect!r} for {data.hex()}")
         if fw.events_in != (fw.events_forwarded + fw.events_filtered
                             + fw.drops[_EVENT_REASONS[0]] + fw.drops[_EVENT_REASONS[1]]):
             raise AssertionError(f"counters inconsistent after {data.hex()}")
@@ -119,6 +135,7 @@ def seeds() -> list[bytes]:
         wire.encode_datagram(PUB, 2, [ev(1, 0, f), ev(2, 10, i, opts=2), ev(3, 20, b, flags=1)]),
         wire.encode_datagram(PUB, 3, [ev(4, 0, f), ev(1, 10_000, f)], tag=b"T" * 16),
         wire.encode_datagram(PUB, 4, [ev(2, 30, b"\x01" * 40, flags=0xFC, opts=1)] * 5),
+        wire.sign_datagram(KEY, wire.encode_datagram(PUB, 5, [ev(1, 0, f), ev(3, 20, b, flags=1)])),
         wire.encode_ping(wire.KIND_PING, PUB, 0, 123456789),
         wire.encode_ping(wire.KIND_PONG, PUB, 0, 1),
         # A shed notice (kind 5): a router relays it, a subscriber decodes it; both call the same rule.

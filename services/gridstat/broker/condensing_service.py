@@ -51,6 +51,12 @@ class CondensationServicerMixin:
 
     async def CreateCondensation(self, request: pb.CreateCondensationRequest, context: Any) -> pb.CondensationInfo:
         async def call() -> pb.CondensationInfo:
+            # The creator reads the inputs and publishes the output: the policy must allow both.
+            for i, inp in enumerate(request.inputs):
+                self.broker.authorize("subscribe", request.creator, inp.variable, field=f"inputs[{i}].variable")
+            out = request.output
+            self.broker.authorize("publish", request.creator, f"{out.publisher}/{out.variable}",
+                                  field="output.variable")
             record = await self.broker.create_condensation(request)
             statuses = await self.broker.condensation_statuses([record])
             return info_pb(self.broker, record, statuses.get(record.function_id))

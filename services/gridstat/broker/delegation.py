@@ -28,6 +28,7 @@ from gridstat.broker import parent as plan
 from gridstat.broker.rejections import AdmissionRejected, Offer
 from gridstat.broker.state import ModeQoS
 from gridstat.core import rpc
+from gridstat.core.tls import TlsFiles
 from gridstat.errors import ChannelUnavailable, GridStatError, NotFound, Unauthorized
 from gridstat.v1 import broker_pb2 as pb
 from gridstat.v1 import broker_pb2_grpc as pb_grpc
@@ -56,21 +57,26 @@ class Rejected(AdmissionRejected):
 class Peer:
     """gRPC stubs of one broker (QoSBroker and Segments on the same address)."""
 
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, tls: TlsFiles | None = None) -> None:
         self.address = address
-        self.channel = grpc.aio.insecure_channel(address, options=rpc.channel_options())
+        if tls is None:
+            self.channel = grpc.aio.insecure_channel(address, options=rpc.channel_options())
+        else:
+            self.channel = grpc.aio.secure_channel(address, tls.channel_credentials(), options=rpc.channel_options())
         self.broker = pb_grpc.QoSBrokerStub(self.channel)  # type: ignore[no-untyped-call]
         self.segments = pb_grpc.SegmentsStub(self.channel)  # type: ignore[no-untyped-call]
 
 
 class Peers:
-    def __init__(self) -> None:
+    def __init__(self, tls: TlsFiles | None = None) -> None:
         self._peers: dict[str, Peer] = {}
+        #: (m)TLS towards other brokers (``--peer-tls-ca``, with this broker's own certificate).
+        self.tls = tls
 
     def __call__(self, address: str) -> Peer:
         p = self._peers.get(address)
         if p is None:
-            p = self._peers[address] = Peer(address)
+            p = self._peers[address] = Peer(address, self.tls)
         return p
 
     async def close(self) -> None:
@@ -227,9 +233,9 @@ async def commit_pieces(peers: Peers, child_address: dict[str, str], sid: str, h
 class UpLink:
     """A leaf broker's parent: inter-cloud subscriptions go up, and their unsubscribes follow."""
 
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, tls: TlsFiles | None = None) -> None:
         self.address = address
-        self.peers = Peers()
+        self.peers = Peers(tls)
 
     async def subscribe(self, broker: Any, s: pb.Subscription) -> pb.SubscribeReply:
         """``broker`` is the LeafBroker: checks the subscriber, names the subscription, remembers it durably."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 import grpc
@@ -47,9 +47,9 @@ def route_key(d: DesiredRoute | pb.Route) -> tuple[str, int, int]:
     return (d.route_id, d.variable_id, d.mode)
 
 
-def channel_pb(d: DesiredChannel) -> pb.Channel:
+def channel_pb(d: DesiredChannel, key: bytes = b"") -> pb.Channel:
     return pb.Channel(name=d.name, peer_id=d.peer_id, kind=_KIND[d.kind], host=d.host, port=d.port,
-                      level=d.level, flood_all=d.flood_all)
+                      level=d.level, flood_all=d.flood_all, key=key)
 
 
 class RouterLink:
@@ -67,6 +67,14 @@ class RouterLink:
         self.boot_id: str | None = None
         self.up = False
         self.failures = 0
+        #: The datagram authentication key of each desired channel (broker.channelkeys); None = no keys.
+        self.keys: Callable[[DesiredChannel], bytes] | None = None
+
+    def key_for(self, d: DesiredChannel) -> bytes:
+        return self.keys(d) if self.keys is not None else b""
+
+    def channel_pb(self, d: DesiredChannel) -> pb.Channel:
+        return channel_pb(d, self.key_for(d))
 
     @property
     def name(self) -> str:
@@ -132,13 +140,13 @@ async def ensure_channel(link: RouterLink, d: DesiredChannel) -> bool:
     router reconciled to put them back.
     """
     try:
-        await link.stub.AddChannel(pb.AddChannelRequest(channel=channel_pb(d)), timeout=RPC_TIMEOUT_S)
+        await link.stub.AddChannel(pb.AddChannelRequest(channel=link.channel_pb(d)), timeout=RPC_TIMEOUT_S)
         return False
     except grpc.aio.AioRpcError as exc:
         if exc.code() != grpc.StatusCode.ALREADY_EXISTS:
             raise
     await link.stub.RemoveChannel(pb.RemoveChannelRequest(name=d.name), timeout=RPC_TIMEOUT_S)
-    await link.stub.AddChannel(pb.AddChannelRequest(channel=channel_pb(d)), timeout=RPC_TIMEOUT_S)
+    await link.stub.AddChannel(pb.AddChannelRequest(channel=link.channel_pb(d)), timeout=RPC_TIMEOUT_S)
     return True
 
 
@@ -152,13 +160,15 @@ async def reconcile(link: RouterLink, channels: Iterable[DesiredChannel], routes
     changes = 0
     for name, ch in have.items():
         d = want_channels.get(name)
-        if d is None or (ch.peer_id, ch.kind, ch.host, ch.port) != (d.peer_id, _KIND[d.kind], d.host, d.port):
+        if d is None or (ch.peer_id, ch.kind, ch.host, ch.port, ch.authenticated) \
+                != (d.peer_id, _KIND[d.kind], d.host, d.port, bool(link.key_for(d))):
             await stub.RemoveChannel(pb.RemoveChannelRequest(name=name), timeout=RPC_TIMEOUT_S)
             changes += 1
     for name, d in want_channels.items():
         ch = have.get(name)
-        if ch is None or (ch.peer_id, ch.kind, ch.host, ch.port) != (d.peer_id, _KIND[d.kind], d.host, d.port):
-            await stub.AddChannel(pb.AddChannelRequest(channel=channel_pb(d)), timeout=RPC_TIMEOUT_S)
+        if ch is None or (ch.peer_id, ch.kind, ch.host, ch.port, ch.authenticated) \
+                != (d.peer_id, _KIND[d.kind], d.host, d.port, bool(link.key_for(d))):
+            await stub.AddChannel(pb.AddChannelRequest(channel=link.channel_pb(d)), timeout=RPC_TIMEOUT_S)
             changes += 1
         elif (ch.level or 1, ch.flood_all) != (d.level, d.flood_all):
             # Flooding attributes change in place: the channel's routes and queued events stay.

@@ -22,6 +22,8 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from gridstat.broker import installer
+from gridstat.broker.authz import PolicyFile
+from gridstat.broker.channelkeys import ChannelKeys
 from gridstat.broker.condensing import CondensationMixin
 from gridstat.broker.consulting import AdmissionLink, advertised_rate
 from gridstat.broker.flooding import FloodingMixin
@@ -33,6 +35,7 @@ from gridstat.broker.segments import SegmentsMixin
 from gridstat.broker.state import (
     Client,
     CloudState,
+    DesiredChannel,
     DesiredRoute,
     ForeignChannel,
     ModeQoS,
@@ -46,6 +49,7 @@ from gridstat.core.aio import create_guarded_task
 from gridstat.core.model import StatusVariable, TypeSpec, VariableRegistry, split_variable_name
 from gridstat.core.tls import TlsFiles
 from gridstat.errors import GridStatError, NotFound, TypeMismatch, Unauthorized, ValidationError
+from gridstat.v1 import router_pb2 as rpb
 
 if TYPE_CHECKING:
     from gridstat.broker.delegation import UpLink
@@ -76,6 +80,7 @@ class LeafBroker(SegmentsMixin, ModesMixin, FloodingMixin, CondensationMixin):
                                            prepare=self._prepare_condensations)
         self.writer = GroupCommit(self.links, persist=self._persist, taken=self.supervisor.postpone)
         self._init_flooding()
+        self.supervisor.on_reconciled.append(self._rekey_neighbours)
         #: Reserved, not yet committed inter-cloud segments and their deadlines.
         self._pending: dict[str, float] = {}
         self._task: asyncio.Task[None] | None = None
@@ -91,6 +96,10 @@ class LeafBroker(SegmentsMixin, ModesMixin, FloodingMixin, CondensationMixin):
         self.resources_version = 0
         #: The controller's note for each subscription admitted lately, until the reply takes it.
         self.admission_notes: OrderedDict[str, AdmissionNote] = OrderedDict()
+        #: Event channel keys (``--channel-auth``; broker.channelkeys), None = unauthenticated channels.
+        self.channel_keys: ChannelKeys | None = None
+        #: Who may publish and subscribe to what (``--policy``; broker.authz), None = everyone everything.
+        self.policy: PolicyFile | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
@@ -123,7 +132,7 @@ class LeafBroker(SegmentsMixin, ModesMixin, FloodingMixin, CondensationMixin):
             st.topology.add_router(d["name"], RouterRole(d["role"]), d["capacity_eps"])
             ep = RouterEndpoint(d["name"], d["router_id"], d["control_address"], d["event_host"], d["event_port"])
             st.endpoints[ep.name] = ep
-            self.links[ep.name] = RouterLink(ep, self.tls)
+            self.links[ep.name] = self._new_link(ep)
         for d in store.all("channels"):
             st.topology.add_channel(d["src"], d["dst"], bandwidth_bps=d["bandwidth_bps"], latency_ms=d["latency_ms"],
                                     event_capacity_eps=d.get("event_capacity_eps"), name=d["name"])
@@ -148,6 +157,51 @@ class LeafBroker(SegmentsMixin, ModesMixin, FloodingMixin, CondensationMixin):
             log.info("broker %s restored %d routers, %d publications, %d subscriptions", self.name,
                      len(st.endpoints), len(st.registry), len(st.subscriptions))
 
+    def _new_link(self, ep: RouterEndpoint) -> RouterLink:
+        link = RouterLink(ep, self.tls)
+        link.keys = lambda d: self._channel_key(ep.router_id, d)
+        return link
+
+    def _channel_key(self, router_id: int, d: DesiredChannel) -> bytes:
+        keys = self.channel_keys
+        if keys is None:
+            return b""
+        keyed = d.kind == "router" or not any(c.client_id == d.peer_id and self.condensation_publisher(c.name)
+                                              for c in self.state.clients.values())
+        return keys.for_channel(router_id, d, keyed_client=keyed)
+
+    async def _rekey_neighbours(self, link: RouterLink) -> int:
+        """After a router is rebuilt (it may have restarted, its sequence numbers from 1 again), its
+        neighbours' channels to it get their key again, which restarts their replay windows."""
+        if self.channel_keys is None:
+            return 0
+        n = 0
+        for name, other in list(self.links.items()):
+            if name == link.name or name in self.state.down:
+                continue
+            for d in self.state.desired_channels(name):
+                if d.kind == "router" and d.name == link.name and other.key_for(d):
+                    try:
+                        await other.stub.UpdateChannel(rpb.UpdateChannelRequest(
+                            name=d.name, level=d.level, flood_all=d.flood_all, key=other.key_for(d)),
+                            timeout=installer.RPC_TIMEOUT_S)
+                        n += 1
+                    except Exception as exc:  # the neighbour is reconciled by its own check
+                        log.warning("re-keying %s on %s: %s", d.name, name, exc)
+        return n
+
+    def authorize(self, action: str, client: str, variable: str, *, field: str) -> None:
+        """Raise Unauthorized if the policy refuses ``client`` to ``action`` the variable."""
+        if self.policy is not None:
+            self.policy.check(action, client, variable, field=field)
+
+    def client_key(self, edge_router: str, client_id: int) -> bytes:
+        """The key of a client's event channel at its edge router (b'' when clients are not keyed)."""
+        ep = self.state.endpoints.get(edge_router)
+        if self.channel_keys is None or not self.channel_keys.clients or ep is None:
+            return b""
+        return self.channel_keys.client(ep.router_id, client_id)
+
     def _save_counters(self) -> None:
         self.store.set_meta("next_client_id", self.state.next_client_id)
         self.store.set_meta("next_subscription", self.state.next_subscription)
@@ -164,7 +218,7 @@ class LeafBroker(SegmentsMixin, ModesMixin, FloodingMixin, CondensationMixin):
         async with self.lock:
             self.state.topology.add_router(ep.name, role, capacity_eps)
             self.state.endpoints[ep.name] = ep
-            self.links[ep.name] = RouterLink(ep, self.tls)
+            self.links[ep.name] = self._new_link(ep)
             # Not used for paths until the supervisor has reached it and opened its channels.
             self.state.down.add(ep.name)
             self.resources_version += 1

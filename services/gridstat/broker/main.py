@@ -56,6 +56,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tls-key", default="")
     p.add_argument("--tls-client-ca", default="", help="require client certificates signed by this CA (mTLS)")
     p.add_argument("--router-tls-ca", default="", help="CA of the routers' control API certificates")
+    p.add_argument("--peer-tls-ca", default="",
+                   help="CA of the other brokers' certificates (parent, children): (m)TLS to them with --tls-cert")
+    p.add_argument("--channel-auth", choices=("off", "routers", "all"), default="off",
+                   help="leaf: authenticate event datagrams (HMAC tag, replay window; docs/security.md): 'routers' "
+                        "keys the cloud's router-router channels, 'all' also publishers' and subscribers' channels")
+    p.add_argument("--policy", default="", metavar="FILE",
+                   help="leaf: YAML/JSON policy of who may publish and subscribe to which variables (broker.authz); "
+                        "re-read when it changes")
+    p.add_argument("--channel-key-file", default="",
+                   help="hex master secret the channel keys derive from (default STATE.channel-key, created 0600)")
     p.add_argument("--exit-with-parent", action="store_true")
     p.add_argument("--log-level", default="WARNING")
     telemetry.add_arguments(p)
@@ -79,11 +89,17 @@ async def _run_parent(args: argparse.Namespace) -> None:
     from gridstat.broker.parent_service import ParentBroker, ParentSegmentsServicer, ParentServicer
     from gridstat.broker.parent_store import ParentStore
 
-    broker = ParentBroker(args.name, ParentStore(args.state or default_state_path(args.name)), parent=args.parent)
+    tls = TlsFiles(args.tls_cert, args.tls_key, args.tls_client_ca) if args.tls_cert else None
+    peer_tls = TlsFiles(args.tls_cert, args.tls_key, args.peer_tls_ca) if args.peer_tls_ca else None
+    broker = ParentBroker(args.name, ParentStore(args.state or default_state_path(args.name)), parent=args.parent,
+                          tls=peer_tls)
     server = grpc.aio.server()
     pb_grpc.add_QoSBrokerServicer_to_server(ParentServicer(broker), server)  # type: ignore[no-untyped-call]
     pb_grpc.add_SegmentsServicer_to_server(ParentSegmentsServicer(broker), server)  # type: ignore[no-untyped-call]
-    port = server.add_insecure_port(f"{args.host}:{args.port}")
+    if tls is None:
+        port = server.add_insecure_port(f"{args.host}:{args.port}")
+    else:
+        port = server.add_secure_port(f"{args.host}:{args.port}", tls.server_credentials())
     if port == 0:
         raise ValidationError(f"cannot bind {args.host}:{args.port}", field="port")
     await server.start()
@@ -111,10 +127,25 @@ async def _run(args: argparse.Namespace) -> None:
     store = BrokerStore(args.state or default_state_path(args.name))
     broker = LeafBroker(args.name, store, tls=router_tls, supervise_interval_s=args.supervise_interval_ms / 1000,
                         variable_id_base=args.variable_id_base)
+    if args.policy:
+        from gridstat.broker.authz import PolicyFile
+
+        broker.policy = PolicyFile(args.policy)
+    if args.channel_auth != "off":
+        from pathlib import Path
+
+        from gridstat.broker.channelkeys import ChannelKeys
+
+        if router_tls is None:
+            logging.getLogger(__name__).warning(
+                "--channel-auth without --router-tls-ca: channel keys go to the routers in clear text")
+        key_file = Path(args.channel_key_file or f"{args.state or default_state_path(args.name)}.channel-key")
+        broker.channel_keys = ChannelKeys.load_or_create(key_file, clients=args.channel_auth == "all")
     if args.parent:
         from gridstat.broker.delegation import UpLink
 
-        broker.uplink = UpLink(args.parent)
+        broker.uplink = UpLink(args.parent, tls=TlsFiles(args.tls_cert, args.tls_key, args.peer_tls_ca)
+                               if args.peer_tls_ca else None)
     if args.admission:
         from gridstat.broker.consulting import AdmissionLink
 

@@ -34,6 +34,7 @@ from gridstat.broker.parent_store import ParentStore
 from gridstat.broker.rejections import NoFeasiblePath
 from gridstat.broker.service import ADMISSION_ERRORS, qos_from_pb, rejection
 from gridstat.core import rpc
+from gridstat.core.tls import TlsFiles
 from gridstat.errors import GridStatError, NotFound, TypeMismatch, UnknownVariable, ValidationError
 from gridstat.v1 import broker_pb2 as pb
 from gridstat.v1 import broker_pb2_grpc as pb_grpc
@@ -43,9 +44,9 @@ _LEAF_ONLY = "is a leaf broker call; a parent broker does not own routers or cli
 
 
 class ParentBroker:
-    def __init__(self, name: str, store: ParentStore, *, parent: str = "") -> None:
+    def __init__(self, name: str, store: ParentStore, *, parent: str = "", tls: TlsFiles | None = None) -> None:
         self.name, self.store, self.parent = name, store, parent
-        self.peers = Peers()
+        self.peers = Peers(tls)
         self.children: dict[str, pb.ChildBroker] = {}
         self.child_clouds: dict[str, frozenset[str]] = {}
         self.below: list[plan.InterChannel] = []

@@ -29,6 +29,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "routes": ("gridstat.cli.routes", "a router's route table and channels: 'gridstat routes ROUTER'"),
     "archive": ("gridstat.cli.archive", "archive status variables to Kafka (the historian path for analysts)"),
     "analyze": ("gridstat.cli.analyze", "capacity model of a broker tree: routing tables, message rates, break-even"),
+    "chaos": ("gridstat.cli.chaos", "the chaos suite: 'gridstat chaos list|run SCENARIO' (real processes)"),
     "condense": ("gridstat.cli.condense",
                  "condensation functions: 'gridstat condense create|list|remove', or 'host' to run one here"),
 }

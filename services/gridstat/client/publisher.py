@@ -82,7 +82,8 @@ class PublicationHandle:
 class Publisher:
     """A publisher's client: one non-blocking UDP socket towards its edge router's event port."""
 
-    def __init__(self, name: str, publisher_id: int, edge: tuple[str, int], *, mtu: int = wire.DEFAULT_MTU) -> None:
+    def __init__(self, name: str, publisher_id: int, edge: tuple[str, int], *, mtu: int = wire.DEFAULT_MTU,
+                 key: bytes | None = None) -> None:
         check_name(name, what="publisher")
         if not 1 <= publisher_id <= 0xFFFF_FFFF:
             raise ValidationError(f"publisher id {publisher_id} is outside 1..2**32-1", field="publisher_id")
@@ -90,6 +91,8 @@ class Publisher:
         self.publisher_id = publisher_id
         self.edge = edge
         self.mtu = mtu
+        #: The event channel key (docs/security.md): every datagram is signed with it when set.
+        self.key = wire.check_key(key) if key is not None else None
         self.stats = PublisherStats()
         self._sequence = 0
         self._sock: socket.socket | None = None
@@ -110,7 +113,8 @@ class Publisher:
         sess = EdgeSession(edge_control, tls=tls) if session is None else session
         try:
             client_id, event_address = await sess.register_publisher(name, first_time=first_time)
-            pub = cls(name, client_id, event_address, mtu=mtu)
+            pub = cls(name, client_id, event_address, mtu=mtu,
+                      key=sess.channel_keys.get(("publisher", name)) or None)
         except BaseException:
             if owns:
                 await sess.close()
@@ -179,9 +183,12 @@ class Publisher:
         sock = self._sock
         if sock is None or self._state != "started":
             raise ValidationError(f"publisher {self.name} is not started", field="state")
-        for batch in wire.pack_events(events, mtu=self.mtu):
+        key = self.key
+        for batch in wire.pack_events(events, mtu=self.mtu if key is None else self.mtu - wire.AUTH_TAG_LEN):
             self._sequence = (self._sequence + 1) & 0xFFFF_FFFF
             data = wire.encode_datagram(self.publisher_id, self._sequence, batch)
+            if key is not None:
+                data = wire.sign_datagram(key, data)
             try:
                 sock.sendto(data, self.edge)
             except OSError:  # BlockingIOError (buffer full) or ICMP refusal: never block, count

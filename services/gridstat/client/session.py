@@ -299,6 +299,8 @@ class EdgeSession:
         self.attempts = max(1, attempts)
         #: The cloud's operating mode as of the last subscriber registration (6.3).
         self.current_mode = 0
+        #: Event channel keys the broker handed out (``--channel-auth all``), by (kind, client name).
+        self.channel_keys: dict[tuple[str, str], bytes] = {}
         self.backoff_base_s = backoff_base_s
         if tls is None:
             self._channel = grpc.aio.insecure_channel(edge_control, options=_CHANNEL_OPTIONS)
@@ -335,6 +337,7 @@ class EdgeSession:
         check_name(name, what="publisher")
         reply: bpb.RegisterClientReply = await self._call("RegisterClient", bpb.RegisterClientRequest(
             name=name, kind=bpb.CLIENT_KIND_PUBLISHER, first_time=first_time))
+        self.channel_keys[("publisher", name)] = reply.channel_key
         return reply.client_id, (reply.event_host or self.edge_host, reply.event_port)
 
     async def register_subscriber(self, name: str, address: tuple[str, int], first_time: bool = True) -> int:
@@ -344,6 +347,7 @@ class EdgeSession:
         reply: bpb.RegisterClientReply = await self._call("RegisterClient", bpb.RegisterClientRequest(
             name=name, kind=bpb.CLIENT_KIND_SUBSCRIBER, host=host, port=port, first_time=first_time))
         self.current_mode = reply.current_mode
+        self.channel_keys[("subscriber", name)] = reply.channel_key
         return reply.client_id
 
     async def unregister_publisher(self, name: str) -> int:

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 import socket
+import struct
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -36,6 +37,9 @@ log = logging.getLogger(__name__)
 
 _UNKNOWN_VARIABLE = wire.DropReason.UNKNOWN_VARIABLE.value
 _KIND_EVENTS = wire.KIND_EVENTS
+_AUTH_FAILED = wire.DropReason.AUTH_FAILED.value
+_REPLAYED = wire.DropReason.REPLAYED.value
+_SENDER_SEQ = struct.Struct(">II")
 
 
 @dataclass
@@ -54,13 +58,18 @@ class Subscriber:
     """A subscriber process's client: owns the socket every subscription's events arrive on."""
 
     def __init__(self, name: str, subscriber_id: int, host: str = "127.0.0.1", port: int = 0, *,
-                 socket_buffer_bytes: int = 4 * 1024 * 1024, drain_batch: int = 256) -> None:
+                 socket_buffer_bytes: int = 4 * 1024 * 1024, drain_batch: int = 256,
+                 key: bytes | None = None) -> None:
         check_name(name, what="subscriber")
         if not 1 <= subscriber_id <= 0xFFFF_FFFF:
             raise ValidationError(f"subscriber id {subscriber_id} is outside 1..2**32-1", field="subscriber_id")
         self.name = name
         self.subscriber_id = subscriber_id
         self.stats = SubscriberStats()
+        #: The event channel key (docs/security.md): with it, events datagrams must carry a valid tag
+        #: and a fresh sequence number (per sending router), or they are dropped as auth_failed/replayed.
+        self.key = wire.check_key(key) if key is not None else None
+        self._replay: dict[int, wire.ReplayWindow] = {}
         self._bind = (host, port)
         self._buffer = socket_buffer_bytes
         self._batch = drain_batch
@@ -104,6 +113,9 @@ class Subscriber:
                                       field="subscriber_id")
             sub.subscriber_id = client_id
             sub.current_mode = sess.current_mode
+            key = sess.channel_keys.get(("subscriber", name))
+            if key:
+                sub.key = wire.check_key(key)
         except BaseException:
             await sub.stop()
             raise
@@ -296,6 +308,15 @@ class Subscriber:
         """Decode one datagram and deliver its events; never raises on peer input."""
         stats = self.stats
         stats.datagrams += 1
+        key = self.key
+        if key is not None and len(data) >= wire.HEADER_SIZE and data[3] == _KIND_EVENTS:
+            if not wire.verify_datagram(key, data):
+                stats.drops[_AUTH_FAILED] += 1
+                return
+            sender, seq = _SENDER_SEQ.unpack_from(data, 4)
+            if not self._replay.setdefault(sender, wire.ReplayWindow()).accept(seq):
+                stats.drops[_REPLAYED] += 1
+                return
         try:
             dgram = wire.decode_datagram(data)
         except wire.DecodeError as exc:

@@ -31,11 +31,38 @@ class TlsFiles:
     ca: str = ""
 
     def server_credentials(self) -> grpc.ServerCredentials:
+        """Server side, rotated without a restart: before each new TLS handshake gRPC asks whether the
+        files changed (mtime), and a new certificate, key or CA is used for new connections from then
+        on. A half-written or unreadable new version is skipped and the last good one stays."""
+        initial = self._server_config()
+        stamp = [self._stamp()]
+
+        def fetch() -> grpc.ServerCertificateConfiguration | None:
+            now = self._stamp()
+            if now == stamp[0]:
+                return None
+            try:
+                config = self._server_config()
+            except (ValidationError, grpc.RpcError, ValueError):
+                return None
+            stamp[0] = now
+            return config
+
+        return grpc.dynamic_ssl_server_credentials(initial, fetch, require_client_authentication=bool(self.ca))
+
+    def _server_config(self) -> grpc.ServerCertificateConfiguration:
         pair = (_read(self.key, "tls_key"), _read(self.cert, "tls_cert"))
-        if self.ca:
-            return grpc.ssl_server_credentials([pair], root_certificates=_read(self.ca, "tls_ca"),
-                                               require_client_auth=True)
-        return grpc.ssl_server_credentials([pair])
+        return grpc.ssl_server_certificate_configuration(
+            [pair], root_certificates=_read(self.ca, "tls_ca") if self.ca else None)
+
+    def _stamp(self) -> tuple[int, ...]:
+        out = []
+        for path in (self.cert, self.key, self.ca):
+            try:
+                out.append(Path(path).stat().st_mtime_ns if path else 0)
+            except OSError:
+                out.append(-1)
+        return tuple(out)
 
     def channel_credentials(self) -> grpc.ChannelCredentials:
         """Client side: mutual TLS with cert and key; server-authenticated TLS with only a CA."""

@@ -56,6 +56,7 @@ so the receive loop can count it and carry on (issue 2, "Bad input").
 from __future__ import annotations
 
 import enum
+import hmac
 import struct
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -105,6 +106,12 @@ FLAG_FLOODED = 0x02
 #: Largest value we accept in one event; keeps a forged value_len from claiming the whole datagram.
 MAX_VALUE_LEN = 1024
 MAX_TAG_LEN = 64
+#: Bytes of the HMAC-SHA256 tag of an authenticated events datagram (truncated, as RFC 2104 allows).
+AUTH_TAG_LEN = 16
+#: Smallest channel key accepted (bytes).
+MIN_KEY_LEN = 16
+#: Sequence numbers behind the newest one that an authenticated channel still accepts once.
+REPLAY_WINDOW = 64
 #: Largest UDP payload over IPv4 (65535 - 8 UDP - 20 IP).
 MAX_DATAGRAM = 65507
 #: Default packing limit: fits an Ethernet frame (1500 - 20 IP - 8 UDP).
@@ -125,6 +132,9 @@ class DropReason(enum.Enum):
     BAD_KIND = "bad_kind"
     MALFORMED = "malformed"
     AUTH_FAILED = "auth_failed"
+    #: An authenticated datagram whose sequence number was already seen or is older than the
+    #: replay window (section 5 of docs/wire-format.md).
+    REPLAYED = "replayed"
     UNKNOWN_SENDER = "unknown_sender"
     UNKNOWN_VARIABLE = "unknown_variable"
     FUTURE_TIMESTAMP = "future_timestamp"
@@ -311,6 +321,77 @@ def encode_datagram(sender_id: int, sequence: int, encoded_events: Sequence[byte
     if len(data) > MAX_DATAGRAM:
         raise ValidationError(f"datagram of {len(data)} bytes exceeds {MAX_DATAGRAM}", field="events")
     return data
+
+
+# -- datagram authentication (docs/wire-format.md section 5, docs/security.md) --------------------
+
+def check_key(key: bytes) -> bytes:
+    """A channel key: at least MIN_KEY_LEN bytes (32 random bytes recommended)."""
+    if not isinstance(key, bytes | bytearray) or len(key) < MIN_KEY_LEN:
+        raise ValidationError(f"a channel key needs at least {MIN_KEY_LEN} bytes", field="key")
+    return bytes(key)
+
+
+def auth_tag(key: bytes, signed: bytes | bytearray | memoryview) -> bytes:
+    """HMAC-SHA256 over the header (with its tag_len) and body, truncated to AUTH_TAG_LEN bytes."""
+    return hmac.digest(key, signed, "sha256")[:AUTH_TAG_LEN]
+
+
+def sign_datagram(key: bytes, datagram: bytes) -> bytes:
+    """Append the tag to an untagged events datagram (its tag_len set to AUTH_TAG_LEN first)."""
+    if len(datagram) < HEADER_SIZE or datagram[14] != 0:
+        raise ValidationError("only an untagged datagram can be signed", field="tag")
+    signed = b"".join([datagram[:14], bytes((AUTH_TAG_LEN,)), datagram[15:]])
+    if len(signed) + AUTH_TAG_LEN > MAX_DATAGRAM:
+        raise ValidationError(f"signed datagram would exceed {MAX_DATAGRAM} bytes", field="events")
+    return signed + auth_tag(key, signed)
+
+
+def verify_datagram(key: bytes, data: bytes | bytearray | memoryview) -> bool:
+    """Whether ``data`` carries a valid AUTH_TAG_LEN tag under ``key`` (constant-time compare)."""
+    nbytes = len(data)
+    if nbytes < HEADER_SIZE + AUTH_TAG_LEN or data[14] != AUTH_TAG_LEN:
+        return False
+    body_end = nbytes - AUTH_TAG_LEN
+    return hmac.compare_digest(hmac.digest(key, data[:body_end], "sha256")[:AUTH_TAG_LEN], data[body_end:])
+
+
+class ReplayWindow:
+    """Sliding window over a sender's 32-bit sequence numbers (RFC 1982 order, IPsec-style bitmap).
+
+    ``accept`` is called only for datagrams whose tag verified (a forged sequence number must not
+    move the window). A number is accepted once: newer than the newest seen, or within
+    REPLAY_WINDOW behind it and not seen yet. Reordering within the window is tolerated.
+    """
+
+    __slots__ = ("bits", "started", "top")
+
+    def __init__(self) -> None:
+        self.top = 0
+        self.bits = 0
+        self.started = False
+
+    def reset(self) -> None:
+        self.top = self.bits = 0
+        self.started = False
+
+    def accept(self, seq: int) -> bool:
+        if not self.started:
+            self.started = True
+            self.top, self.bits = seq, 1
+            return True
+        ahead = (seq - self.top) & 0xFFFF_FFFF
+        if ahead == 0:
+            return False
+        if ahead < 0x8000_0000:
+            self.bits = ((self.bits << ahead) | 1) & ((1 << REPLAY_WINDOW) - 1) if ahead < REPLAY_WINDOW else 1
+            self.top = seq
+            return True
+        back = (self.top - seq) & 0xFFFF_FFFF
+        if back >= REPLAY_WINDOW or self.bits >> back & 1:
+            return False
+        self.bits |= 1 << back
+        return True
 
 
 def encode_ping(kind: int, sender_id: int, sequence: int, ping_ns: int) -> bytes:

@@ -32,6 +32,7 @@ from gridstat.errors import ValidationError
 from gridstat.router import shaping
 
 _HEADER_PACK = wire.HEADER.pack
+_TAG_LEN = wire.AUTH_TAG_LEN
 _MAGIC = wire.MAGIC
 _VERSION = wire.WIRE_VERSION
 _KIND_EVENTS = wire.KIND_EVENTS
@@ -132,6 +133,10 @@ class EventChannel:
         self.rtt_ms = 0.0
         #: The token bucket and value-ordered queue of a shaped channel (``shape``); None = unshaped.
         self.shaper: shaping.Shaper | None = None
+        #: Datagram authentication (docs/security.md): with a key, datagrams from the peer must carry
+        #: a valid HMAC tag and a fresh sequence number, and datagrams to it are signed.
+        self.key: bytes | None = None
+        self.replay = wire.ReplayWindow()
 
     @property
     def filtered(self) -> int:
@@ -198,6 +203,11 @@ class EventChannel:
         self._trim()
         return True
 
+    def set_key(self, key: bytes | None) -> None:
+        """Set (rotate) or clear the channel key; the replay window starts afresh."""
+        self.key = wire.check_key(key) if key is not None else None
+        self.replay.reset()
+
     def flush(self, sendto: SendTo) -> bool:
         """Send everything queued, packed up to the MTU, alerts first.
 
@@ -211,8 +221,9 @@ class EventChannel:
         if self.shaper is not None:
             return self.shaper.flush(sendto, address)
         mtu = self.mtu
+        base = _HEADER_SIZE if self.key is None else _HEADER_SIZE + wire.AUTH_TAG_LEN
         parts: list[bytes] = [b""]
-        size = _HEADER_SIZE
+        size = base
         # (queue index, event index): everything before it has been handed to the socket.
         sent_q = sent_i = 0
         for qi, q in enumerate(self.queues):
@@ -227,7 +238,7 @@ class EventChannel:
                         return False
                     sent_q, sent_i = qi, i
                     parts = [b""]
-                    size = _HEADER_SIZE
+                    size = base
                 parts.append(ev)
                 size += n
         if len(parts) > 1 and not self._send(sendto, parts, address):
@@ -241,9 +252,16 @@ class EventChannel:
     def _send(self, sendto: SendTo, parts: list[bytes], address: tuple[str, int]) -> bool:
         count = len(parts) - 1
         seq = (self.sequence + 1) & 0xFFFF_FFFF
-        parts[0] = _HEADER_PACK(_MAGIC, _VERSION, _KIND_EVENTS, self.sender_id, seq, count, 0, 0)
+        key = self.key
+        if key is None:
+            parts[0] = _HEADER_PACK(_MAGIC, _VERSION, _KIND_EVENTS, self.sender_id, seq, count, 0, 0)
+            data = b"".join(parts)
+        else:
+            parts[0] = _HEADER_PACK(_MAGIC, _VERSION, _KIND_EVENTS, self.sender_id, seq, count, _TAG_LEN, 0)
+            data = b"".join(parts)
+            data += wire.auth_tag(key, data)
         try:
-            sendto(b"".join(parts), address)
+            sendto(data, address)
         except BlockingIOError:
             return False  # the sequence number is not used up: no false gap at the receiver
         except OSError:

@@ -88,7 +88,8 @@ class RouterControlServicer(pb_grpc.RouterControlServicer):
             address = (c.host, c.port) if c.host else None
             shaping = shaping_from_pb(c.shaping)  # validated before the channel exists
             self.router.add_channel(c.name, peer_id=c.peer_id, kind=kind, address=address, mtu=c.mtu,
-                                    capacity=c.capacity, level=c.level or 1, flood_all=c.flood_all)
+                                    capacity=c.capacity, level=c.level or 1, flood_all=c.flood_all,
+                                    key=c.key or None)
             if shaping is not None:
                 self.router.shape_channel(c.name, shaping)
             return pb.AddChannelReply(table_version=self.router.table.table_version)
@@ -97,7 +98,8 @@ class RouterControlServicer(pb_grpc.RouterControlServicer):
 
     async def UpdateChannel(self, request: pb.UpdateChannelRequest, context: Any) -> pb.AddChannelReply:
         def call() -> pb.AddChannelReply:
-            self.router.update_channel(request.name, level=request.level, flood_all=request.flood_all)
+            self.router.update_channel(request.name, level=request.level, flood_all=request.flood_all,
+                                       key=request.key or None, set_key=request.HasField("key"))
             return pb.AddChannelReply(table_version=self.router.table.table_version)
         return await _guard(context, call)
 
@@ -186,7 +188,7 @@ class RouterControlServicer(pb_grpc.RouterControlServicer):
             pb.Channel(name=ch.name, peer_id=ch.peer_id, kind=_KIND_CODES[ch.kind],
                        host=ch.address[0] if ch.address else "", port=ch.address[1] if ch.address else 0,
                        mtu=ch.mtu, capacity=ch.capacity, level=ch.level, up=ch.up, rtt_ms=ch.rtt_ms,
-                       flood_all=ch.flood_all, shaping=shaping_to_pb(ch))
+                       flood_all=ch.flood_all, shaping=shaping_to_pb(ch), authenticated=ch.key is not None)
             for ch in self.router.channels.values()])
 
     async def SetFlooding(self, request: pb.SetFloodingRequest, context: Any) -> pb.RouterFloodingReply:

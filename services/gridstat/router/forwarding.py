@@ -50,6 +50,9 @@ _R_MALFORMED = DropReason.MALFORMED.value
 _R_SENDER = DropReason.UNKNOWN_SENDER.value
 _R_VARIABLE = DropReason.UNKNOWN_VARIABLE.value
 _R_FUTURE = DropReason.FUTURE_TIMESTAMP.value
+_R_AUTH = DropReason.AUTH_FAILED.value
+_R_REPLAYED = DropReason.REPLAYED.value
+_VERIFY = wire.verify_datagram
 
 #: Control datagrams (ping, pong, shed notices) are handed to this callback: (kind, channel, data).
 ControlHandler = Callable[[int, EventChannel, bytes], None]
@@ -91,6 +94,16 @@ class Forwarder:
         if channel is None:
             self.drops[_R_SENDER] += 1
             return
+        key = channel.key
+        if key is not None and kind == _KIND_EVENTS:
+            # Authenticated channel: the tag first (nothing of the body is read before it verifies),
+            # then the sequence number against the replay window (only a verified one moves it).
+            if not _VERIFY(key, data):
+                self.drops[_R_AUTH] += 1
+                return
+            if not channel.replay.accept(_seq):
+                self.drops[_R_REPLAYED] += 1
+                return
         channel.last_heard_ms = now_ms
         if kind != _KIND_EVENTS:
             if kind in (wire.KIND_PING, wire.KIND_PONG) and count == 0 and tag_len == 0 \

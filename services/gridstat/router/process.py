@@ -465,7 +465,10 @@ class StatusRouter:
         capacity: int = 0,
         level: int = 1,
         flood_all: bool = False,
+        key: bytes | None = None,
     ) -> EventChannel:
+        if key is not None:
+            key = wire.check_key(key)  # before anything changes: a bad key leaves nothing behind
         if name in self.channels:
             raise DuplicateName(f"router {self.config.name} already has channel {name!r}", field="name")
         if peer_id in self.forwarder.by_sender:
@@ -477,6 +480,8 @@ class StatusRouter:
                           sender_id=self.config.router_id, mtu=mtu or self.config.mtu,
                           capacity=capacity or self.config.queue_capacity, level=level, flood_all=flood_all)
         ch.last_heard_ms = time.time_ns() // 1_000_000  # a grace period before the first ping is due
+        if key is not None:
+            ch.set_key(key)
         self.channels[name] = ch
         self.forwarder.by_sender[peer_id] = ch
         if address is not None:
@@ -487,13 +492,17 @@ class StatusRouter:
                 self.shape_channel(name, config)
         return ch
 
-    def update_channel(self, name: str, *, level: int, flood_all: bool) -> EventChannel:
-        """Change a channel's flooding attributes in place; its routes and queued events stay."""
+    def update_channel(self, name: str, *, level: int, flood_all: bool, key: bytes | None = None,
+                       set_key: bool = False) -> EventChannel:
+        """Change a channel's flooding attributes in place; its routes and queued events stay.
+        With ``set_key`` the channel key is rotated to ``key`` (None or empty: cleared)."""
         ch = self.channels.get(name)
         if ch is None:
             raise NotFound(f"router {self.config.name} has no channel {name!r}", field="name")
         if level < 1:
             raise ValidationError(f"channel level {level} must be at least 1 (1 = same cloud)", field="level")
+        if set_key:
+            ch.set_key(wire.check_key(key) if key else None)
         ch.level, ch.flood_all = level, flood_all
         self.flooding.channels_changed()
         return ch

@@ -1,0 +1,139 @@
+"""Who may publish and who may subscribe to which variables: the leaf broker's policy (docs/security.md).
+
+``gridstat broker --policy FILE`` (YAML or JSON)::
+
+    default: deny            # allow (the default) or deny, for clients no rule names
+    publish:
+      - clients: ["pmu*"]    # fnmatch patterns on the publisher's name
+        variables: ["pmu*/*"]  # fnmatch patterns on "publisher/variable"
+    subscribe:
+      - clients: [ems, "dash-*"]
+        variables: ["pmu1/*", "sub*/voltage"]
+
+A request is allowed when a rule of its action names the client and the variable; a client that no
+rule of the action names gets ``default``. A refusal is ``Unauthorized`` naming the field (a
+Subscribe gets a reply with ``admitted=false`` and that reason; nothing is reserved or installed).
+The file is read again when it changes (checked at most once a second): no restart needed.
+
+The client is the name the request carries, relayed by its edge router's proxy; binding names to
+client certificates (mTLS identities) is not done yet (docs/security.md).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gridstat.errors import Unauthorized, ValidationError
+
+ACTIONS = ("publish", "subscribe")
+
+
+@dataclass(frozen=True)
+class Rule:
+    clients: tuple[str, ...]
+    variables: tuple[str, ...]
+
+    def names(self, client: str) -> bool:
+        return any(fnmatch.fnmatchcase(client, p) for p in self.clients)
+
+    def allows(self, variable: str) -> bool:
+        return any(fnmatch.fnmatchcase(variable, p) for p in self.variables)
+
+
+@dataclass(frozen=True)
+class Policy:
+    default_allow: bool = True
+    publish: tuple[Rule, ...] = ()
+    subscribe: tuple[Rule, ...] = ()
+
+    @classmethod
+    def from_dict(cls, doc: Any) -> Policy:
+        if doc is None:
+            doc = {}
+        if not isinstance(doc, dict):
+            raise ValidationError("a policy is a mapping with default, publish and subscribe", field="policy")
+        unknown = set(doc) - {"default", *ACTIONS}
+        if unknown:
+            raise ValidationError(f"unknown policy keys {sorted(unknown)}", field=f"policy.{sorted(unknown)[0]}")
+        default = doc.get("default", "allow")
+        if default not in ("allow", "deny"):
+            raise ValidationError(f"policy default must be allow or deny, got {default!r}", field="policy.default")
+        rules: dict[str, tuple[Rule, ...]] = {}
+        for action in ACTIONS:
+            items = doc.get(action)
+            if items is None:
+                items = []
+            if not isinstance(items, list):
+                raise ValidationError(f"policy {action} must be a list of rules", field=f"policy.{action}")
+            out = []
+            for i, item in enumerate(items):
+                where = f"policy.{action}[{i}]"
+                if not isinstance(item, dict) or set(item) - {"clients", "variables"}:
+                    raise ValidationError(f"{where} must have only clients and variables", field=where)
+                pats = {}
+                for key in ("clients", "variables"):
+                    v = item.get(key)
+                    if isinstance(v, str):
+                        v = [v]
+                    if not isinstance(v, list) or not v or not all(isinstance(p, str) and p for p in v):
+                        raise ValidationError(f"{where}.{key} must be a non-empty list of patterns",
+                                              field=f"{where}.{key}")
+                    pats[key] = tuple(v)
+                out.append(Rule(pats["clients"], pats["variables"]))
+            rules[action] = tuple(out)
+        return cls(default == "allow", rules["publish"], rules["subscribe"])
+
+    def allowed(self, action: str, client: str, variable: str) -> bool:
+        rules = self.publish if action == "publish" else self.subscribe
+        named = [r for r in rules if r.names(client)]
+        if not named:
+            return self.default_allow
+        return any(r.allows(variable) for r in named)
+
+    def check(self, action: str, client: str, variable: str, *, field: str) -> None:
+        if not self.allowed(action, client, variable):
+            raise Unauthorized(f"{client!r} may not {action} {variable!r} (broker policy)", field=field)
+
+
+def parse(text: str, source: str = "policy") -> Policy:
+    import yaml
+
+    try:
+        doc = json.loads(text) if text.lstrip().startswith("{") else yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError) as exc:
+        raise ValidationError(f"{source}: not YAML or JSON: {exc}", field="policy") from None
+    return Policy.from_dict(doc)
+
+
+class PolicyFile:
+    """A policy read from a file and read again when the file changes (a bad new version is logged
+    by the caller's error and the last good one stays)."""
+
+    def __init__(self, path: str | Path, *, recheck_s: float = 1.0) -> None:
+        self.path = Path(path)
+        self.recheck_s = recheck_s
+        self._mtime = self.path.stat().st_mtime_ns
+        self.policy = parse(self.path.read_text(), str(self.path))
+        self._checked = time.monotonic()
+        self.reload_errors = 0
+
+    def current(self) -> Policy:
+        now = time.monotonic()
+        if now - self._checked >= self.recheck_s:
+            self._checked = now
+            try:
+                mtime = self.path.stat().st_mtime_ns
+                if mtime != self._mtime:
+                    self._mtime = mtime
+                    self.policy = parse(self.path.read_text(), str(self.path))
+            except (OSError, ValidationError):
+                self.reload_errors += 1  # keep the last good policy
+        return self.policy
+
+    def check(self, action: str, client: str, variable: str, *, field: str) -> None:
+        self.current().check(action, client, variable, field=field)

@@ -1,0 +1,200 @@
+"""Child processes for the chaos suite: start, kill -9, stop/continue, restart at the same ports.
+
+Each child is ``python -m gridstat.cli.main <role> ... --exit-with-parent``; we read its READY line
+for the ports, then talk to it over (insecure, loopback-only) gRPC. Synchronous on purpose: the
+suite's fault injection and invariant checks are sequential, with traffic in threads.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import select
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import grpc
+
+from gridstat.core.tls import TlsFiles
+from gridstat.errors import GridStatError
+from gridstat.v1 import broker_pb2_grpc as bpb_grpc
+from gridstat.v1 import router_pb2 as rpb
+from gridstat.v1 import router_pb2_grpc as rpb_grpc
+
+ROUTER_READY = re.compile(r"READY name=(\S+) port=(\d+) control_port=(\d+)")
+PORT_READY = re.compile(r"READY name=(\S+) port=(\d+)")
+READY_TIMEOUT_S = 20.0
+STOP_TIMEOUT_S = 5.0
+
+
+class ChaosError(GridStatError):
+    """A child did not start, or the scenario's set-up was refused."""
+
+    reason = "Unavailable"
+
+
+def wait_for(predicate: Callable[[], bool], timeout_s: float = 10.0, step_s: float = 0.02) -> bool:
+    """Poll ``predicate`` until true or ``timeout_s``; bounded in time (and so in count)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if predicate():
+                return True
+        except grpc.RpcError:
+            pass
+        time.sleep(step_s)
+    try:
+        return bool(predicate())
+    except grpc.RpcError:
+        return False
+
+
+def _spawn(cmd: list[str], ready: re.Pattern[str], what: str) -> tuple[subprocess.Popen[str], re.Match[str]]:
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    assert proc.stdout is not None
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    line = ""
+    while time.monotonic() < deadline and proc.poll() is None:
+        if select.select([proc.stdout], [], [], 0.2)[0]:
+            line = proc.stdout.readline()
+            if ready.search(line) or not line:
+                break
+    m = ready.search(line)
+    if m is None:
+        proc.kill()
+        proc.wait(timeout=STOP_TIMEOUT_S)
+        raise ChaosError(f"{what} did not start (exit {proc.poll()}): {line!r}")
+    return proc, m
+
+
+@dataclass
+class Child:
+    """One child process; ``kill`` (-9), ``pause``/``resume`` (SIGSTOP/SIGCONT), ``stop`` (SIGTERM)."""
+
+    name: str
+    proc: subprocess.Popen[str] | None = None
+    channel: grpc.Channel | None = None
+    paused: bool = False
+    #: Extra command-line options (TLS files, policies...).
+    extra: tuple[str, ...] = ()
+    #: (m)TLS of our own gRPC channel to the child; None = plaintext (loopback tests).
+    tls: TlsFiles | None = None
+
+    def _open(self, address: str) -> grpc.Channel:
+        if self.tls is None:
+            return grpc.insecure_channel(address)
+        return grpc.secure_channel(address, self.tls.channel_credentials())
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self) -> None:
+        self.resume()
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(timeout=STOP_TIMEOUT_S)
+        self._close()
+
+    def pause(self) -> None:
+        if self.running and not self.paused:
+            assert self.proc is not None
+            self.proc.send_signal(signal.SIGSTOP)
+            self.paused = True
+
+    def resume(self) -> None:
+        if self.proc is not None and self.paused:
+            if self.proc.poll() is None:
+                self.proc.send_signal(signal.SIGCONT)
+            self.paused = False
+
+    def stop(self) -> None:
+        self.resume()
+        proc = self.proc
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=STOP_TIMEOUT_S)
+        self._close()
+
+    def _close(self) -> None:
+        if self.proc is not None and self.proc.stdout is not None:
+            self.proc.stdout.close()
+        if self.channel is not None:
+            self.channel.close()
+            self.channel = None
+
+
+@dataclass
+class Router(Child):
+    router_id: int = 0
+    role: str = "internal"
+    port: int = 0
+    control_port: int = 0
+    stub: rpb_grpc.RouterControlStub | None = None
+
+    def start(self) -> Router:
+        """Start (or restart at the same ports once it has run)."""
+        cmd = [sys.executable, "-m", "gridstat.cli.main", "router", "--name", self.name, "--id", str(self.router_id),
+               "--host", "127.0.0.1", "--port", str(self.port), "--control-port", str(self.control_port),
+               "--role", self.role, "--ping-interval-ms", "50", "--failure-timeout-ms", "300", "--exit-with-parent",
+               *self.extra]
+        self.proc, m = _spawn(cmd, ROUTER_READY, f"router {self.name}")
+        self.port, self.control_port = int(m.group(2)), int(m.group(3))
+        self.channel = self._open(f"127.0.0.1:{self.control_port}")
+        self.stub = rpb_grpc.RouterControlStub(self.channel)  # type: ignore[no-untyped-call]
+        return self
+
+    def routes(self) -> list[rpb.Route]:
+        assert self.stub is not None
+        return list(self.stub.ListRoutes(rpb.ListRoutesRequest(), timeout=2).routes)
+
+    def current_mode(self) -> int:
+        assert self.stub is not None
+        return int(self.stub.ListRoutes(rpb.ListRoutesRequest(), timeout=2).current_mode)
+
+
+@dataclass
+class Broker(Child):
+    state: str = ""
+    port: int = 0
+    stub: bpb_grpc.QoSBrokerStub | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> Broker:
+        cmd = [sys.executable, "-m", "gridstat.cli.main", "broker", "--name", self.name, "--host", "127.0.0.1",
+               "--port", str(self.port), "--state", self.state, "--supervise-interval-ms", "200",
+               "--exit-with-parent", *self.extra]
+        self.proc, m = _spawn(cmd, PORT_READY, f"broker {self.name}")
+        self.port = int(m.group(2))
+        self.channel = self._open(self.address)
+        self.stub = bpb_grpc.QoSBrokerStub(self.channel)  # type: ignore[no-untyped-call]
+        return self
+
+
+@dataclass
+class Admission(Child):
+    port: int = 0
+    args: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> Admission:
+        cmd = [sys.executable, "-m", "gridstat.cli.main", "admission", "--name", self.name, "--host", "127.0.0.1",
+               "--port", str(self.port), "--exit-with-parent", *self.args]
+        self.proc, m = _spawn(cmd, PORT_READY, f"admission controller {self.name}")
+        self.port = int(m.group(2))
+        return self

@@ -6,6 +6,7 @@
 #   scripts/k8s-tools.sh apiserver    kube-apiserver + kube-controller-manager from the Go module proxy
 #   scripts/k8s-tools.sh etcd         etcd from Debian (etcd-server)
 #   scripts/k8s-tools.sh helm         helm from the Go module proxy
+#   scripts/k8s-tools.sh skaffold-schema  skaffold's own JSON schemas (from its Go module), to validate skaffold.yaml
 #   scripts/k8s-tools.sh env          print `export ...` lines for what is installed (nothing is built)
 #   scripts/k8s-tools.sh check        exit 0 when every tool is in the cache, 1 otherwise
 #
@@ -25,9 +26,11 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 
 K8S_VERSION=${GRIDSTAT_K8S_VERSION:-v1.36.3}
 HELM_VERSION=${GRIDSTAT_HELM_VERSION:-v3.22.0}
+SKAFFOLD_VERSION=${GRIDSTAT_SKAFFOLD_VERSION:-v2.16.1}
 cache=${GRIDSTAT_CACHE:-$HOME/.cache/gridstat}
 k8s_dir=$cache/k8s-$K8S_VERSION
 helm_dir=$cache/helm-$HELM_VERSION
+skaffold_dir=$cache/skaffold-schemas-$SKAFFOLD_VERSION
 
 export GOTOOLCHAIN=local GOFLAGS=-mod=mod CGO_ENABLED=0
 die() { echo "k8s-tools.sh: $*" >&2; exit 1; }
@@ -145,23 +148,50 @@ helm_tool() {
   go_tool "$helm_dir" helm.sh/helm/v3 "$HELM_VERSION" helm.sh/helm/v3/cmd/helm helm helm_ldflags
 }
 
+# skaffold's config schemas ship in its Go module (docs-v2/content/en/schemas/*.json): the module zip
+# from the proxy (about 45 MB) is opened for those files only. skaffold itself is not built (a large
+# build); the schema is what `skaffold` checks a config against first.
+skaffold_schema_tool() {
+  [ -f "$skaffold_dir/v4beta11.json" ] && return 0
+  need_go
+  local tmp zip
+  tmp=$(mktemp -d)
+  zip=$(cd "$tmp" && GOPATH=$tmp/gopath go mod download -json \
+        "github.com/GoogleContainerTools/skaffold/v2@$SKAFFOLD_VERSION" | sed -n 's/.*"Zip": "\(.*\)".*/\1/p')
+  [ -f "$zip" ] || { chmod -R u+w "$tmp"; rm -rf "$tmp"; die "the Go module proxy did not serve skaffold $SKAFFOLD_VERSION"; }
+  mkdir -p "$skaffold_dir.tmp"
+  "${PYTHON:-python3}" - "$zip" "$skaffold_dir.tmp" <<'PY'
+import sys, zipfile, pathlib
+zip_path, out = sys.argv[1], pathlib.Path(sys.argv[2])
+with zipfile.ZipFile(zip_path) as z:
+    for name in z.namelist():
+        if "/docs-v2/content/en/schemas/" in name and name.endswith(".json"):
+            (out / name.rsplit("/", 1)[1]).write_bytes(z.read(name))
+PY
+  chmod -R u+w "$tmp"; rm -rf "$tmp"
+  rm -rf "$skaffold_dir" && mv "$skaffold_dir.tmp" "$skaffold_dir"
+  log "skaffold $SKAFFOLD_VERSION schemas in $skaffold_dir"
+}
+
 print_env() {
   echo "export GRIDSTAT_K8S_BIN=$k8s_dir/bin"
   echo "export PATH=$k8s_dir/bin:$helm_dir/bin:\$PATH"
+  echo "export GRIDSTAT_SKAFFOLD_SCHEMAS=$skaffold_dir"
 }
 
 check() {
   [ -x "$k8s_dir/bin/kube-apiserver" ] && [ -x "$k8s_dir/bin/kube-controller-manager" ] \
-    && [ -x "$helm_dir/bin/helm" ] && command -v etcd >/dev/null 2>&1
+    && [ -x "$helm_dir/bin/helm" ] && [ -f "$skaffold_dir/v4beta11.json" ] && command -v etcd >/dev/null 2>&1
 }
 
 cmd=${1:-all}
 case $cmd in
-  all) etcd_tool; helm_tool; apiserver_tool; print_env;;
+  all) etcd_tool; helm_tool; skaffold_schema_tool; apiserver_tool; print_env;;
+  skaffold-schema) skaffold_schema_tool;;
   apiserver) apiserver_tool;;
   etcd) etcd_tool;;
   helm) helm_tool;;
   env) print_env;;
   check) check;;
-  *) die "unknown command $cmd (all|apiserver|etcd|helm|env|check)";;
+  *) die "unknown command $cmd (all|apiserver|etcd|helm|skaffold-schema|env|check)";;
 esac

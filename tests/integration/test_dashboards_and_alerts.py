@@ -159,3 +159,26 @@ async def test_every_queried_metric_is_exported_by_the_roles(kafka: KafkaProc, t
                     missing.append(f"{where}: {name} has no label {label!r} (has {sorted(exported[name])})")
     assert not missing, "\n".join(missing)
     assert checked > 50
+
+
+def test_the_admission_controller_serves_metrics(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "gridstat.cli.main", "admission", "--port", "0", "--metrics-port",
+                             str(port), "--exit-with-parent"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line.startswith("READY name=admission port=") and f"metrics_port={port}" in line, line
+        exported = scrape(port)
+        assert {"gridstat_admission_info", "gridstat_admission_decisions_total", "gridstat_admission_reservations",
+                "gridstat_admission_routers", "gridstat_admission_links"} <= set(exported)
+        assert exported["gridstat_admission_info"] == {"admission", "policy"}
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        if proc.stdout is not None:
+            proc.stdout.close()

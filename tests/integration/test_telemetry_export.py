@@ -34,8 +34,10 @@ from .routerprocs import RouterProc, start_router
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
-ROUTERS = [("e1", 1, "edge"), ("r2", 2, "internal"), ("e2", 3, "edge")]
-LINKS = [("e1", "r2"), ("r2", "e2")]
+#: Names of their own: the suite shares one Kafka, and records are told apart by source.
+ROUTERS = [("te1", 1, "edge"), ("tr2", 2, "internal"), ("te2", 3, "edge")]
+LINKS = [("te1", "tr2"), ("tr2", "te2")]
+BROKER = "tel"
 SCHEMAS = {kind: json.loads(records.schema_path(kind).read_text()) for kind in records.KINDS}
 
 
@@ -50,9 +52,9 @@ class Cloud:
 @pytest.fixture(scope="module")
 def cloud(kafka: KafkaProc, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cloud]:
     state = tmp_path_factory.mktemp("telemetry-cloud") / "A.sqlite"
-    metrics = {name: free_port() for name in ["A", *(r for r, _, _ in ROUTERS)]}
+    metrics = {name: free_port() for name in [BROKER, *(r for r, _, _ in ROUTERS)]}
     common = ("--kafka", kafka.bootstrap, "--telemetry-interval-ms", "500")
-    broker = start_broker("A", str(state), extra=(*common, "--metrics-port", str(metrics["A"])))
+    broker = start_broker(BROKER, str(state), extra=(*common, "--metrics-port", str(metrics[BROKER])))
     routers: dict[str, RouterProc] = {}
     try:
         for name, rid, role in ROUTERS:
@@ -103,8 +105,8 @@ def check(kind: str, rs: list[dict[str, Any]]) -> None:
 
 
 async def test_every_role_exports_schema_valid_telemetry(cloud: Cloud) -> None:
-    pub = await Publisher.connect("pmu1", cloud.control("e1"))
-    sub = await Subscriber.connect("ems", cloud.control("e2"))
+    pub = await Publisher.connect("pmu1", cloud.control("te1"))
+    sub = await Subscriber.connect("ems", cloud.control("te2"))
     tel = RoleTelemetry("subscriber", "ems-proc", kafka=cloud.kafka, interval_ms=500)
     try:
         freq = await pub.register("freq", FLOAT, 10)
@@ -135,30 +137,30 @@ async def test_every_role_exports_schema_valid_telemetry(cloud: Cloud) -> None:
     assert all(r["role"] == "subscriber" for r in ours)
 
     counters = by_source(await consume(cloud.kafka, records.TOPICS.counters),
-                         {"e1", "r2", "e2"})
+                         {"te1", "tr2", "te2"})
     check("counters", counters)
-    assert {r["source"] for r in counters} == {"e1", "r2", "e2"}
-    e1_in = sum(r["events_in"] for r in counters if r["source"] == "e1" and r["channel"] == "")
+    assert {r["source"] for r in counters} == {"te1", "tr2", "te2"}
+    e1_in = sum(r["events_in"] for r in counters if r["source"] == "te1" and r["channel"] == "")
     assert e1_in >= sent  # freq and vmag of every instant reached e1 (the sums of the period deltas)
-    e2_out = sum(r["events_out"] for r in counters if r["source"] == "e2" and r["channel"] == "sub:ems")
+    e2_out = sum(r["events_out"] for r in counters if r["source"] == "te2" and r["channel"] == "sub:ems")
     assert delivered <= e2_out
 
-    drops = by_source(await consume(cloud.kafka, records.TOPICS.drops), {"e1"})
+    drops = by_source(await consume(cloud.kafka, records.TOPICS.drops), {"te1"})
     check("drops", drops)
     assert sum(r["count"] for r in drops if r["reason"] == "unknown_variable") >= sent * 0.9
 
-    admission = by_source(await consume(cloud.kafka, records.TOPICS.admission), {"A"})
+    admission = by_source(await consume(cloud.kafka, records.TOPICS.admission), {BROKER})
     check("admission", admission)
     decisions = {(r["variable"], r["decision"], r["reason"]) for r in admission if r["subscriber"] == "ems"}
     assert ("pmu1/freq", "admitted", "") in decisions
     assert ("pmu1/vmag", "rejected", rejected.value.reason) in decisions
 
     modes = by_source(await consume(cloud.kafka, records.TOPICS.modes),
-                      {"A", "e1", "r2", "e2"})
+                      {BROKER, "te1", "tr2", "te2"})
     check("mode_change", modes)
-    assert [(r["previous_mode"], r["mode"]) for r in modes if r["source"] == "A" and r["outcome"] == "committed"] \
+    assert [(r["previous_mode"], r["mode"]) for r in modes if r["source"] == BROKER and r["outcome"] == "committed"] \
         == [(0, 1), (1, 0)]
-    assert any(r["source"] == "e2" and r["outcome"] == "observed" for r in modes)
+    assert any(r["source"] == "te2" and r["outcome"] == "observed" for r in modes)
 
 
 def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -172,22 +174,22 @@ def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 
 
 def test_every_role_serves_metrics(cloud: Cloud) -> None:
-    e1 = scrape(cloud.metrics["e1"])
-    assert e1[("gridstat_router_info", (("role", "edge"), ("router", "e1"), ("variant", "close")))] == 1
-    assert e1[("gridstat_telemetry_kafka_connected", (("role", "router"), ("source", "e1")))] == 1
-    broker = scrape(cloud.metrics["A"])
-    assert broker[("gridstat_broker_routers", (("broker", "A"), ("state", "down")))] == 0
-    assert broker[("gridstat_broker_routers", (("broker", "A"), ("state", "up")))] == 3
+    e1 = scrape(cloud.metrics["te1"])
+    assert e1[("gridstat_router_info", (("role", "edge"), ("router", "te1"), ("variant", "close")))] == 1
+    assert e1[("gridstat_telemetry_kafka_connected", (("role", "router"), ("source", "te1")))] == 1
+    broker = scrape(cloud.metrics[BROKER])
+    assert broker[("gridstat_broker_routers", (("broker", BROKER), ("state", "down")))] == 0
+    assert broker[("gridstat_broker_routers", (("broker", BROKER), ("state", "up")))] == 3
 
 
 def test_archive_writes_each_variable_at_its_interval_keyed_by_variable(cloud: Cloud, tmp_path: Path) -> None:
     async def scenario() -> int:
-        pub = await Publisher.connect("pmu7", cloud.control("e1"))
+        pub = await Publisher.connect("pmu7", cloud.control("te1"))
         try:
             freq = await pub.register("freq", FLOAT, 10)
             vmag = await pub.register("vmag", FLOAT, 10)
             archive = subprocess.Popen(
-                [sys.executable, "-m", "gridstat.cli.main", "archive", "--name", "hist", "--edge", cloud.control("e2"),
+                [sys.executable, "-m", "gridstat.cli.main", "archive", "--name", "hist", "--edge", cloud.control("te2"),
                  "--kafka", cloud.kafka, "--interval-ms", "100", "--latency-ms", "500", "--exit-with-parent",
                  "pmu7/freq:50", "pmu7/vmag"],
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})

@@ -22,6 +22,7 @@ from gridstat.admission.service import AdmissionServicer, add_to_server
 from gridstat.core.aio import exit_with_parent, install_fast_loop
 from gridstat.core.tls import TlsFiles
 from gridstat.errors import ValidationError
+from gridstat.telemetry import roles as telemetry
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -48,6 +49,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tls-client-ca", default="", help="require client certificates signed by this CA (mTLS)")
     p.add_argument("--exit-with-parent", action="store_true")
     p.add_argument("--log-level", default="WARNING")
+    telemetry.add_arguments(p)
 
 
 def controller_from_args(args: argparse.Namespace) -> AdmissionController:
@@ -77,13 +79,16 @@ async def _run(args: argparse.Namespace) -> None:
         raise ValidationError("--tls-cert and --tls-key go together", field="tls_key")
     tls = TlsFiles(args.tls_cert, args.tls_key, args.tls_client_ca) if args.tls_cert else None
     server, port = await serve(controller, args.host, args.port, tls)
+    tel = telemetry.for_admission(controller, args.name, args)  # --metrics-port: /metrics of the resource model
+    await tel.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    print(f"READY name={args.name} port={port}", flush=True)
+    print(f"READY name={args.name} port={port}{tel.ready_suffix()}", flush=True)
     await stop.wait()
     await server.stop(grace=0.5)
+    await tel.stop()
 
 
 def run(args: argparse.Namespace) -> int:

@@ -53,6 +53,7 @@ from gridstat.condensation.filters import ValueFilter
 from gridstat.condensation.spec import CondensationSpec, spec_from_mapping
 from gridstat.core.model import check_name, split_variable_name
 from gridstat.errors import ValidationError
+from gridstat.telemetry import roles as telemetry
 from gridstat.v1 import broker_pb2 as bpb
 from gridstat.v1 import broker_pb2_grpc as bpb_grpc
 from gridstat.v1 import condensation_pb2 as cpb
@@ -276,6 +277,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     host.add_argument("--tls-key", default="", metavar="PEM", help="private key of --tls-cert")
     host.add_argument("--exit-with-parent", action="store_true", help="stop when the parent process dies")
     host.add_argument("--log-level", default="WARNING")
+    telemetry.add_arguments(host)
 
 
 def _stub(args: argparse.Namespace) -> tuple[str, grpc.Channel, bpb_grpc.QoSBrokerStub]:

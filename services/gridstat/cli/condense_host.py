@@ -35,6 +35,7 @@ from gridstat.core.aio import create_guarded_task, exit_with_parent
 from gridstat.core.model import TypeSpec
 from gridstat.core.tls import TlsFiles
 from gridstat.errors import GridStatError, ValidationError
+from gridstat.telemetry import roles as telemetry
 
 log = logging.getLogger(__name__)
 
@@ -170,13 +171,19 @@ async def _run(args: argparse.Namespace, doc: FunctionDoc) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    tel: telemetry.RoleTelemetry | None = None
     try:
         await host.start()
+        tel = telemetry.for_condensation_host(host, args)  # --kafka / --metrics-port: its inputs' samples
+        await tel.start()
         assert host.output is not None
         var = host.output.variable
-        print(f"READY name={host.name} output={var.full_name} variable_id={var.variable_id}", flush=True)
+        print(f"READY name={host.name} output={var.full_name} variable_id={var.variable_id}{tel.ready_suffix()}",
+              flush=True)
         await stop.wait()
     finally:
+        if tel is not None:
+            await tel.stop()
         await host.stop()
         print(f"STATUS {json.dumps(host.status())}", flush=True)
     return 0

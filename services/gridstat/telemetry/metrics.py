@@ -200,6 +200,36 @@ def _recorder_metrics(name: str, rec: BrokerRecorder) -> Iterator[Metric]:
     yield modes
 
 
+class AdmissionCollector(_Base):
+    """``gridstat_admission_*`` of the admission controller (its resource model and decisions)."""
+
+    def __init__(self, name: str, controller: Any) -> None:
+        self.name = name
+        self.controller = controller
+
+    def collect(self) -> Iterator[Metric]:
+        c, n = self.controller, self.name
+        info = _gauge("gridstat_admission_info", "The admission controller (always 1), with its policy",
+                      ["admission", "policy"])
+        info.add_metric([n, str(getattr(getattr(c, "policy", None), "value", ""))], 1)
+        yield info
+        decisions = _counter("gridstat_admission_decisions_total", "Admission decisions, by reason",
+                             ["admission", "reason"])
+        for reason, k in dict(getattr(c, "decisions", {})).items():
+            decisions.add_metric([n, str(reason)], float(k))
+        yield decisions
+        for name, doc, value in (
+            ("gridstat_admission_reservations", "Subscriptions holding reserved resources", len(c.admitted())),
+            ("gridstat_admission_routers", "Routers with declared capacities", len(getattr(c, "routers", {}))),
+            ("gridstat_admission_links", "Links with declared capacities", len(getattr(c, "links", {}))),
+            ("gridstat_admission_covering_graph_nodes", "Nodes of the advertisements' covering graph",
+             len(getattr(c, "graph", ()))),
+        ):
+            g = _gauge(name, doc, ["admission"])
+            g.add_metric([n], float(value))
+            yield g
+
+
 class SubscriberCollector(_Base):
     """``gridstat_subscriber_*`` and ``gridstat_subscription_*`` of a ``client.Subscriber``."""
 

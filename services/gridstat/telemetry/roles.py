@@ -154,6 +154,21 @@ def for_parent_broker(broker: Any, args: argparse.Namespace) -> RoleTelemetry:
     return tel
 
 
+def for_admission(controller: Any, name: str, args: argparse.Namespace) -> RoleTelemetry:
+    """Telemetry of the admission controller (``admission.admitting.AdmissionController``): /metrics."""
+    tel = RoleTelemetry.from_args("admission", name, args)
+    tel.add_collector(metrics.AdmissionCollector(name, controller))
+    return tel
+
+
+def for_condensation_host(host: Any, args: argparse.Namespace) -> RoleTelemetry:
+    """Telemetry of a condensation host (``cli.condense_host``): its input subscriber's samples and metrics."""
+    tel = RoleTelemetry.from_args("condensation", host.name, args)
+    if host.subscriber is not None:
+        add_subscriber(tel, host.subscriber)
+    return tel
+
+
 def add_subscriber(tel: RoleTelemetry, subscriber: SubscriberLike) -> None:
     """Add a ``client.Subscriber``'s delivery samples and metrics to a process's telemetry."""
     tel.add_sampler(SubscriberSampler(subscriber))

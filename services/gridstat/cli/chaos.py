@@ -18,6 +18,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     run.add_argument("scenario", nargs="+", help="scenario names, or 'all'")
     run.add_argument("--seconds", type=float, default=2.0,
                      help="how long each fault lasts (a router dead or stopped, traffic impaired); 0.5..60")
+    soak = sub.add_parser("soak", help="one router process under constant load: RSS and drops sampled "
+                                       "(bench.soak; 30 minutes for the real figure)")
+    soak.add_argument("--minutes", type=float, default=30.0)
+    soak.add_argument("--rate", type=int, default=0, help="offered events/s (default: half the measured saturation)")
+    soak.add_argument("--window-s", type=float, default=10.0, help="seconds per sampled window")
+    soak.add_argument("--rss-slack-mb", type=float, default=8.0, help="RSS growth tolerated after the first window")
     run.add_argument("--auth", action="store_true",
                      help="authenticated event channels (broker --channel-auth all; the feed signs, subscribers "
                           "verify); adds the invariants that every channel is keyed and nothing legitimate is refused")
@@ -26,6 +32,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from gridstat.chaos import checks, scenarios
 
+    if args.action == "soak":
+        from gridstat.bench import soak as soaking
+
+        if not 0.1 <= args.minutes <= 24 * 60 or not 1.0 <= args.window_s <= 600:
+            raise ValidationError("--minutes must be 0.1..1440 and --window-s 1..600", field="minutes")
+        result = soaking.run_soak(minutes=args.minutes, rate=args.rate or soaking.DEFAULT_RATE,
+                                  window_s=args.window_s, rss_slack_mb=args.rss_slack_mb,
+                                  log=lambda m: print(m, flush=True))
+        print()
+        print(soaking.report(result))
+        return 0 if result.ok else 1
     if args.action == "list":
         width = max(len(n) for n in scenarios.SCENARIOS)
         for name, (_, text) in scenarios.SCENARIOS.items():

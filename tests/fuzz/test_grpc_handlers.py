@@ -147,7 +147,10 @@ def event_loop() -> Iterator[asyncio.AbstractEventLoop]:
 
 
 ROUTER_METHODS = _unary(router_pb2.DESCRIPTOR.services_by_name["RouterControl"])
-BROKER_METHODS = _unary(broker_pb2.DESCRIPTOR.services_by_name["QoSBroker"], DIALS)
+#: The leaf broker's own handlers; the parent-only calls (AddChildBroker, ...) keep the generated
+#: base's UNIMPLEMENTED answer at a leaf and are not fuzzed here.
+BROKER_METHODS = [(m, t) for m, t in _unary(broker_pb2.DESCRIPTOR.services_by_name["QoSBroker"], DIALS)
+                  if not getattr(QoSBrokerServicer, m).__module__.startswith("gridstat.v1")]
 ADMISSION_METHODS = _unary(admission_pb2.DESCRIPTOR.services_by_name["AdmissionControl"])
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -173,8 +176,6 @@ def test_router_control_handlers_never_crash(method: str, request_type: d.Descri
 
 @pytest.mark.parametrize(("method", "request_type"), BROKER_METHODS, ids=[m for m, _ in BROKER_METHODS])
 def test_leaf_broker_handlers_never_crash(method: str, request_type: d.Descriptor) -> None:
-    if getattr(QoSBrokerServicer, method).__module__.startswith("gridstat.v1"):
-        pytest.skip("a parent-broker call: a leaf answers UNIMPLEMENTED (the generated base)")
     with event_loop() as loop:
         broker = LeafBroker("fz", BrokerStore(":memory:"), supervise_interval_s=3600)
         loop.run_until_complete(broker.start())

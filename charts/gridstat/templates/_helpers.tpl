@@ -112,6 +112,15 @@ imagePullSecrets:
 - name: tls
   secret:
     secretName: {{ .Values.tls.secretName }}
+    defaultMode: 0440
+{{- end }}
+{{- end -}}
+{{/* Environment of the Python gRPC clients (operator, topology sidecars, chart tests) under mTLS. */}}
+{{- define "gridstat.tlsEnv" -}}
+{{- if .Values.tls.enabled }}
+- {name: GRIDSTAT_TLS_CA, value: /etc/gridstat/tls/ca.crt}
+- {name: GRIDSTAT_TLS_CERT, value: /etc/gridstat/tls/tls.crt}
+- {name: GRIDSTAT_TLS_KEY, value: /etc/gridstat/tls/tls.key}
 {{- end }}
 {{- end -}}
 {{- define "gridstat.tlsMount" -}}
@@ -119,6 +128,44 @@ imagePullSecrets:
 - name: tls
   mountPath: /etc/gridstat/tls
   readOnly: true
+{{- end }}
+{{- end -}}
+
+{{/*
+The leaf brokers' data-plane security: channel authentication with the key from a Secret
+(--channel-auth all, --channel-key-file) and the publish/subscribe policy from a ConfigMap (--policy,
+re-read by the broker when Kubernetes updates the mounted file). input: the root context.
+*/}}
+{{- define "gridstat.brokerSecurityArgs" -}}
+{{- if .Values.dataPlaneAuth.enabled }}
+- --channel-auth=all
+- --channel-key-file=/etc/gridstat/channel-key/channel-key
+{{- end }}
+{{- if .Values.authorization.policy }}
+- --policy=/etc/gridstat/policy/policy.yaml
+{{- end }}
+{{- end -}}
+{{- define "gridstat.brokerSecurityMounts" -}}
+{{- if .Values.dataPlaneAuth.enabled }}
+- {name: channel-key, mountPath: /etc/gridstat/channel-key, readOnly: true}
+{{- end }}
+{{- if .Values.authorization.policy }}
+- {name: policy, mountPath: /etc/gridstat/policy, readOnly: true}
+{{- end }}
+{{- end -}}
+{{- define "gridstat.brokerSecurityVolumes" -}}
+{{- if .Values.dataPlaneAuth.enabled }}
+- name: channel-key
+  secret:
+    secretName: {{ .Values.dataPlaneAuth.secretName }}
+    defaultMode: 0400
+    items:
+      - {key: {{ .Values.dataPlaneAuth.secretKey }}, path: channel-key}
+{{- end }}
+{{- if .Values.authorization.policy }}
+- name: policy
+  configMap:
+    name: {{ include "gridstat.roleName" (dict "root" . "role" "policy") }}
 {{- end }}
 {{- end -}}
 
@@ -131,6 +178,7 @@ key and the fix. Called from NOTES.txt and from the operator's Deployment, so it
 {{- $messages = append $messages (include "gridstat.validateValues.clouds" .) -}}
 {{- $messages = append $messages (include "gridstat.validateValues.parent" .) -}}
 {{- $messages = append $messages (include "gridstat.validateValues.tls" .) -}}
+{{- $messages = append $messages (include "gridstat.validateValues.dataPlaneAuth" .) -}}
 {{- $messages = append $messages (include "gridstat.validateValues.condensationHost" .) -}}
 {{- $messages = without $messages "" -}}
 {{- if $messages -}}
@@ -171,6 +219,12 @@ parent.enabled: {{ len .Values.clouds }} clouds need a parent broker for inter-c
 {{- define "gridstat.validateValues.tls" -}}
 {{- if and .Values.tls.enabled (not .Values.tls.secretName) -}}
 tls.secretName: tls.enabled=true needs a Secret with tls.crt, tls.key and ca.crt; set tls.secretName.
+{{- end -}}
+{{- end -}}
+
+{{- define "gridstat.validateValues.dataPlaneAuth" -}}
+{{- if and .Values.dataPlaneAuth.enabled (not .Values.dataPlaneAuth.secretName) -}}
+dataPlaneAuth.secretName: dataPlaneAuth.enabled=true needs a Secret with the hex channel master secret (e.g. `kubectl create secret generic NAME --from-literal=channel-key=$(openssl rand -hex 32)`); set dataPlaneAuth.secretName.
 {{- end -}}
 {{- end -}}
 

@@ -28,6 +28,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 CHART = ROOT / "charts" / "gridstat"
 TWO_CLOUDS = Path(__file__).with_name("values-two-clouds.yaml")
+SECURE = Path(__file__).with_name("values-secure.yaml")  # over TWO_CLOUDS: every security option on
 K8S_VERSION = "1.36.0"
 
 
@@ -54,7 +55,7 @@ def render(env: dict[str, str], *values: Path, namespace: str = "grid", crds: bo
 
 
 def test_helm_lint_passes_with_defaults_and_with_every_part_on(tools: dict[str, str]) -> None:
-    for values in ([], ["-f", str(TWO_CLOUDS)]):
+    for values in ([], ["-f", str(TWO_CLOUDS)], ["-f", str(TWO_CLOUDS), "-f", str(SECURE)]):
         proc = helm(tools, "lint", "--strict", str(CHART), "--kube-version", K8S_VERSION, *values)
         assert "0 chart(s) failed" in proc.stdout
 
@@ -86,7 +87,8 @@ def test_one_workload_per_role_with_probes_pdbs_policies_and_least_privilege(too
             assert all(c["securityContext"]["readOnlyRootFilesystem"] is True
                        for c in d["spec"]["template"]["spec"]["containers"])
     assert sum(k == "PodDisruptionBudget" for k, _ in kinds) == 5
-    assert sum(k == "NetworkPolicy" for k, _ in kinds) == 4
+    # default deny, brokers, routers, edge proxies, operator, condensation host
+    assert sum(k == "NetworkPolicy" for k, _ in kinds) == 6
     (role,) = [d for d in docs if d["kind"] == "Role"]
     resources = {r for rule in role["rules"] for r in rule["resources"]}
     assert "secrets" not in resources and "pods" not in resources
@@ -96,7 +98,7 @@ def test_one_workload_per_role_with_probes_pdbs_policies_and_least_privilege(too
 
 
 def test_rendered_manifests_pass_kubernetes_validate(tools: dict[str, str], tmp_path: Path) -> None:
-    for i, values in enumerate(([], [TWO_CLOUDS])):
+    for i, values in enumerate(([], [TWO_CLOUDS], [TWO_CLOUDS, SECURE])):
         out = tmp_path / f"rendered-{i}.yaml"
         docs = render(tools, *values, crds=True)
         out.write_text(yaml.safe_dump_all(docs))
@@ -107,9 +109,148 @@ def test_rendered_manifests_pass_kubernetes_validate(tools: dict[str, str], tmp_
         assert proc.stdout.count(" passed for resource ") == len(docs) - 1, proc.stdout
 
 
+def _pod_specs(docs: list[dict]) -> dict[str, dict]:
+    """Every pod spec of the rendered chart (workloads' templates and the helm test Pod), by object name."""
+    specs = {d["metadata"]["name"]: d["spec"]["template"]["spec"] for d in docs
+             if d["kind"] in ("StatefulSet", "Deployment", "DaemonSet", "Job", "ReplicaSet")}
+    specs.update({d["metadata"]["name"]: d["spec"] for d in docs if d["kind"] == "Pod"})
+    specs.update({d["metadata"]["name"]: d["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+                  for d in docs if d["kind"] == "CronJob"})
+    return specs
+
+
+def test_every_pod_is_restricted_by_default(tools: dict[str, str]) -> None:
+    """Issue 9 point 3: non-root 10001, RuntimeDefault seccomp, no privilege escalation, read-only
+    root, no capabilities, writable paths only on volumes -- for every role and the test pod."""
+    for values in ([], [TWO_CLOUDS], [TWO_CLOUDS, SECURE]):
+        docs = render(tools, *values)
+        specs = _pod_specs(docs)
+        assert "rel-gridstat-test-brokers" in specs and "rel-gridstat-operator" in specs
+        assert any("broker" in n for n in specs) and any("router" in n for n in specs)
+        for name, spec in specs.items():
+            assert spec["securityContext"] == {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001,
+                                               "fsGroup": 10001, "seccompProfile": {"type": "RuntimeDefault"}}, name
+            assert not spec.get("hostNetwork") and not spec.get("hostPID") and not spec.get("hostIPC"), name
+            volumes = {v["name"]: v for v in spec.get("volumes", [])}
+            assert not any("hostPath" in v for v in volumes.values()), name
+            for c in spec["containers"] + spec.get("initContainers", []):
+                what = f"{name}/{c['name']}"
+                assert c["securityContext"] == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                                                "capabilities": {"drop": ["ALL"]}}, what
+                mounts = {m["mountPath"]: m for m in c.get("volumeMounts", [])}
+                if c["name"] != "topology":  # the sidecar writes nothing
+                    assert "emptyDir" in volumes[mounts["/tmp"]["name"]], what
+                for path, m in mounts.items():
+                    if path.startswith("/etc/gridstat/"):  # configuration, certificates, keys
+                        assert m.get("readOnly") is True, (what, path)
+        for d in docs:
+            if d["kind"] == "ServiceAccount":
+                assert d["automountServiceAccountToken"] is d["metadata"]["name"].endswith("-operator"), d
+
+
+def test_tls_channel_auth_and_policy_render_flags_and_mounts(tools: dict[str, str]) -> None:
+    docs = render(tools, TWO_CLOUDS, SECURE)
+    specs = _pod_specs(docs)
+    tls = "/etc/gridstat/tls/"
+
+    def container(workload: str, name: str) -> dict:
+        return next(c for c in specs[workload]["containers"] if c["name"] == name)
+
+    def args(c: dict) -> str:
+        return " ".join(c.get("command", []) + c["args"])
+
+    def secret_mounted(workload: str, c: dict, volume: str, secret: str, path: str) -> None:
+        (m,) = [m for m in c["volumeMounts"] if m["name"] == volume]
+        assert m["mountPath"] == path and m["readOnly"] is True, (workload, m)
+        (v,) = [v for v in specs[workload]["volumes"] if v["name"] == volume]
+        assert v["secret"]["secretName"] == secret, (workload, v)
+
+    for cloud in ("a", "b"):
+        broker = container(f"rel-gridstat-broker-{cloud}", "broker")
+        a = args(broker)
+        for flag in (f"--tls-cert={tls}tls.crt", f"--tls-key={tls}tls.key", f"--tls-client-ca={tls}ca.crt",
+                     f"--router-tls-ca={tls}ca.crt", f"--peer-tls-ca={tls}ca.crt", "--channel-auth=all",
+                     "--channel-key-file=/etc/gridstat/channel-key/channel-key",
+                     "--policy=/etc/gridstat/policy/policy.yaml"):
+            assert flag in broker["args"], (cloud, flag, a)
+        secret_mounted(f"rel-gridstat-broker-{cloud}", broker, "tls", "gridstat-tls", "/etc/gridstat/tls")
+        secret_mounted(f"rel-gridstat-broker-{cloud}", broker, "channel-key", "gridstat-channel-key",
+                       "/etc/gridstat/channel-key")
+        (key,) = [v for v in specs[f"rel-gridstat-broker-{cloud}"]["volumes"] if v["name"] == "channel-key"]
+        assert key["secret"]["items"] == [{"key": "channel-key", "path": "channel-key"}]
+        (policy,) = [v for v in specs[f"rel-gridstat-broker-{cloud}"]["volumes"] if v["name"] == "policy"]
+        assert policy["configMap"]["name"] == "rel-gridstat-policy"
+        sidecar = container(f"rel-gridstat-broker-{cloud}", "topology")
+        assert {e["name"] for e in sidecar["env"]} >= {"GRIDSTAT_TLS_CA", "GRIDSTAT_TLS_CERT", "GRIDSTAT_TLS_KEY"}
+        router = container(f"rel-gridstat-router-{cloud}", "router")
+        for flag in (f"--tls-cert={tls}tls.crt", f"--tls-key={tls}tls.key", f"--tls-client-ca={tls}ca.crt",
+                     f"--broker-tls-ca={tls}ca.crt", f"--broker-tls-cert={tls}tls.crt",
+                     f"--broker-tls-key={tls}tls.key"):
+            assert flag in args(router).split(), (cloud, flag)
+        secret_mounted(f"rel-gridstat-router-{cloud}", router, "tls", "gridstat-tls", "/etc/gridstat/tls")
+    parent = container("rel-gridstat-parent", "parent")
+    for flag in (f"--tls-cert={tls}tls.crt", f"--tls-client-ca={tls}ca.crt", f"--peer-tls-ca={tls}ca.crt"):
+        assert flag in parent["args"], flag
+    assert not any(a.startswith(("--channel-auth", "--policy")) for a in parent["args"])  # leaf-only flags
+    secret_mounted("rel-gridstat-parent", parent, "tls", "gridstat-tls", "/etc/gridstat/tls")
+    host = container("rel-gridstat-condensation-host", "condensation-host")
+    assert f"--tls-ca={tls}ca.crt" in host["args"] and f"--tls-cert={tls}tls.crt" in host["args"]
+    for workload, name in (("rel-gridstat-operator", "operator"), ("rel-gridstat-test-brokers", "test"),
+                           ("rel-gridstat-parent", "topology")):
+        c = container(workload, name)
+        assert {e["name"]: e["value"] for e in c["env"] if "value" in e}["GRIDSTAT_TLS_CA"] == f"{tls}ca.crt"
+        secret_mounted(workload, c, "tls", "gridstat-tls", "/etc/gridstat/tls")
+    (cm,) = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "rel-gridstat-policy"]
+    assert yaml.safe_load(cm["data"]["policy.yaml"]) == yaml.safe_load(SECURE.read_text())["authorization"]["policy"]
+    # without the options: none of the flags, volumes or the ConfigMap
+    plain = render(tools)
+    assert not any(d["kind"] == "ConfigMap" and d["metadata"]["name"] == "rel-gridstat-policy" for d in plain)
+    text = yaml.safe_dump_all(plain)
+    assert "--channel-auth" not in text and "--policy" not in text and "--tls-" not in text
+    bad = helm(tools, "template", "rel", str(CHART), "--set", "dataPlaneAuth.enabled=true", check=False)
+    assert bad.returncode != 0 and "dataPlaneAuth.secretName" in bad.stderr
+
+
+def test_network_policies_open_only_each_planes_traffic(tools: dict[str, str]) -> None:
+    docs = render(tools, TWO_CLOUDS)
+    policies = {d["metadata"]["name"].removeprefix("rel-gridstat-"): d["spec"] for d in docs
+                if d["kind"] == "NetworkPolicy"}
+    assert policies["default-deny"].get("ingress") is None and policies["default-deny"]["policyTypes"] == ["Ingress"]
+
+    def components(peer: dict) -> set[str]:
+        exprs = peer["podSelector"].get("matchExpressions") or []
+        values = [e["values"] for e in exprs if e["key"] == "app.kubernetes.io/component"]
+        labels = peer["podSelector"].get("matchLabels") or {}
+        return set(values[0]) if values else {labels["app.kubernetes.io/component"]}
+
+    def rules(name: str) -> dict[tuple[str, str], list[dict]]:
+        return {(p.get("port", "*"), p["protocol"]): rule.get("from", []) for rule in policies[name]["ingress"]
+                for p in rule["ports"]}
+
+    brokers = rules("brokers")
+    assert set(brokers) == {("grpc", "TCP"), ("metrics", "TCP")}
+    assert components(brokers[("grpc", "TCP")][0]) == {"router", "operator", "broker", "parent", "test"}
+    routers = rules("routers")
+    assert set(routers) == {("events", "UDP"), ("control", "TCP"), ("metrics", "TCP")}
+    assert [components(p) for p in routers[("control", "TCP")]] == [{"broker", "parent"}]  # brokers only
+    assert components(routers[("events", "UDP")][0]) == {"router", "condensation-host"}
+    assert "namespaceSelector" in routers[("events", "UDP")][1]  # the clients' namespaces
+    edges = policies["edge-proxies"]
+    (names,) = [e["values"] for e in edges["podSelector"]["matchExpressions"]
+                if e["key"] == "statefulset.kubernetes.io/pod-name"]
+    assert names == ["rel-gridstat-router-a-0", "rel-gridstat-router-b-0"]  # e1 and e2, not the border routers
+    assert set(rules("edge-proxies")) == {("control", "TCP")}
+    assert set(rules("condensation-host")) == {("*", "UDP")}
+    assert components(rules("condensation-host")[("*", "UDP")][0]) == {"router"}
+    assert set(rules("operator")) == {("health", "TCP")}
+    for name in ("brokers", "routers"):
+        (metrics,) = rules(name)[("metrics", "TCP")]
+        assert set(metrics) == {"namespaceSelector"}
+
+
 def test_a_server_side_dry_run_accepts_everything(tools: dict[str, str], cluster: Cluster) -> None:
     cluster.kubectl("create", "namespace", "dry")
-    for values in ([], [TWO_CLOUDS]):
+    for values in ([], [TWO_CLOUDS], [TWO_CLOUDS, SECURE]):
         docs = render(tools, *values, namespace="dry", crds=True)
         # Pods are admitted only with their ServiceAccount present: create those for real first.
         accounts = [d for d in docs if d["kind"] == "ServiceAccount"]
@@ -153,6 +294,51 @@ def test_helm_install_creates_every_object(tools: dict[str, str], cluster: Clust
         answer = cluster.kubectl("auth", "can-i", verb, resource, "-n", release,
                                  f"--as=system:serviceaccount:{release}:rel-gridstat-operator", check=False)
         assert answer.stdout.strip() == allowed, (verb, resource, answer.stdout, answer.stderr)
+
+
+def _can_i(cluster: Cluster, sa: str, namespace: str, verb: str, resource: str, *scope: str) -> str:
+    answer = cluster.kubectl("auth", "can-i", verb, resource, *scope,
+                             f"--as=system:serviceaccount:{namespace}:{sa}", check=False)
+    return answer.stdout.strip()
+
+
+def test_service_accounts_have_exactly_the_rights_they_need(cluster: Cluster, release: str) -> None:
+    """kubectl auth can-i against the real API server's RBAC after helm install."""
+    ns = ("-n", release)
+    operator = "rel-gridstat-operator"
+    for resource in ("subscriptions", "modes", "activemodes", "condensationfunctions"):
+        for verb in ("get", "list", "watch", "patch"):
+            assert _can_i(cluster, operator, release, verb, f"{resource}.gridstat.io", *ns) == "yes", (verb, resource)
+        assert _can_i(cluster, operator, release, "patch", f"{resource}.gridstat.io/status", *ns) == "yes"
+        for verb in ("create", "delete", "update", "deletecollection"):
+            assert _can_i(cluster, operator, release, verb, f"{resource}.gridstat.io", *ns) == "no", (verb, resource)
+        # namespaced: nothing in another namespace
+        assert _can_i(cluster, operator, release, "list", f"{resource}.gridstat.io", "-n", "default") == "no"
+    assert _can_i(cluster, operator, release, "create", "events", *ns) == "yes"
+    assert _can_i(cluster, operator, release, "create", "events.events.k8s.io", *ns) == "yes"
+    assert _can_i(cluster, operator, release, "patch", "kopfpeerings.kopf.dev", *ns) == "yes"
+    assert _can_i(cluster, operator, release, "watch", "namespaces") == "yes"  # kopf's observation
+    assert _can_i(cluster, operator, release, "list", "customresourcedefinitions.apiextensions.k8s.io") == "yes"
+    for verb, resource, scope in (("create", "pods", ns), ("list", "pods", ns), ("exec", "pods", ns),
+                                  ("get", "secrets", ns), ("list", "secrets", ("--all-namespaces",)),
+                                  ("get", "configmaps", ns), ("delete", "namespaces", ()),
+                                  ("create", "namespaces", ()), ("delete", "events", ns),
+                                  ("create", "customresourcedefinitions.apiextensions.k8s.io", ()),
+                                  ("create", "rolebindings.rbac.authorization.k8s.io", ns),
+                                  ("escalate", "roles.rbac.authorization.k8s.io", ns),
+                                  ("impersonate", "serviceaccounts", ns), ("create", "serviceaccounts/token", ns),
+                                  ("patch", "statefulsets.apps", ns), ("delete", "kopfpeerings.kopf.dev", ns),
+                                  ("get", "nodes", ())):
+        assert _can_i(cluster, operator, release, verb, resource, *scope) == "no", (verb, resource, scope)
+    # the data and management planes never talk to the Kubernetes API: no rights at all
+    for sa in ("rel-gridstat-broker", "rel-gridstat-router", "rel-gridstat-condensation-host"):
+        for verb, resource, scope in (("get", "subscriptions.gridstat.io", ns), ("list", "pods", ns),
+                                      ("get", "secrets", ns), ("get", "configmaps", ns), ("create", "events", ns),
+                                      ("list", "namespaces", ()), ("patch", "kopfpeerings.kopf.dev", ns),
+                                      ("*", "*", ("--all-namespaces",))):
+            assert _can_i(cluster, sa, release, verb, resource, *scope) == "no", (sa, verb, resource)
+        account = cluster.get("serviceaccount", sa, release)
+        assert account is not None and account["automountServiceAccountToken"] is False
 
 
 def _sa_kubeconfig(cluster: Cluster, namespace: str, path: Path) -> Path:

@@ -198,3 +198,24 @@ class Admission(Child):
         self.proc, m = _spawn(cmd, PORT_READY, f"admission controller {self.name}")
         self.port = int(m.group(2))
         return self
+
+
+HOST_READY = re.compile(r"READY name=(\S+) output=(\S+) variable_id=(\d+)")
+
+
+@dataclass
+class CondenseHost(Child):
+    """``gridstat condense host``: a condensation function in a process of its own, a client of an
+    edge router that proxies to the broker (``--broker``)."""
+
+    edge_control_port: int = 0
+    spec: str = ""
+    variable_id: int = 0
+
+    def start(self) -> CondenseHost:
+        cmd = [sys.executable, "-m", "gridstat.cli.main", "condense", "host", "--edge",
+               f"127.0.0.1:{self.edge_control_port}", "--spec", self.spec, "--status-interval-s", "0",
+               "--exit-with-parent", *self.extra]
+        self.proc, m = _spawn(cmd, HOST_READY, f"condensation host {self.name}")
+        self.variable_id = int(m.group(3))
+        return self

@@ -221,13 +221,18 @@ def bench_install(w: Workload, *, farms: int, concurrency: int, log: Callable[[s
             log(f"  {len(farm)} routers in {len(procs) - 1} farm processes; broker on port {m.group(2)}")
             return asyncio.run(_install(w, int(m.group(2)), farm, concurrency, log, procs))
         finally:
-            for p in procs:
-                p.terminate()
-            for p in procs:
-                try:
-                    p.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    p.kill()
+            stop_all(procs)
+
+
+def stop_all(procs: list[subprocess.Popen[str]]) -> None:
+    """SIGTERM every child, then wait for each (SIGKILL after 10 s)."""
+    for p in procs:
+        p.terminate()
+    for p in procs:
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
 
 
 def report(dec: dict[str, Any], inst: dict[str, Any] | None, *, routers: int, subs: int, concurrency: int,

@@ -31,7 +31,7 @@ from typing import Any
 
 import grpc
 
-from gridstat.bench.broker import _read_until, _spawn
+from gridstat.bench.broker import _read_until, _spawn, stop_all
 from gridstat.broker.generate import edge_routers, random_cloud
 from gridstat.broker.topology import Topology
 from gridstat.core import wire
@@ -282,16 +282,6 @@ def _broker(args: list[str], procs: list[subprocess.Popen[str]]) -> int:
     return int(m.group(2))
 
 
-def _stop(procs: list[subprocess.Popen[str]]) -> None:
-    for p in procs:
-        p.terminate()
-    for p in procs:
-        try:
-            p.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            p.kill()
-
-
 def bench_one_cloud(n_subs: int, n_switches: int, log: Callable[[str], None]) -> dict[str, Any]:
     procs: list[subprocess.Popen[str]] = []
     cloud = Cloud("A", _renamed("a", 20, seed=1), 0)
@@ -313,7 +303,7 @@ def bench_one_cloud(n_subs: int, n_switches: int, log: Callable[[str], None]) ->
             res["outcome"] = outcome
             return res
         finally:
-            _stop(procs)
+            stop_all(procs)
 
 
 def bench_hierarchy(n_subs: int, n_switches: int, log: Callable[[str], None]) -> dict[str, Any]:
@@ -353,7 +343,7 @@ def bench_hierarchy(n_subs: int, n_switches: int, log: Callable[[str], None]) ->
             res["outcome"] = outcome
             return res
         finally:
-            _stop(procs)
+            stop_all(procs)
 
 
 def report(one: dict[str, Any], two: dict[str, Any] | None, *, subs: int, switches: int,

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
+from gridstat.broker.installer import call_routers
 from gridstat.broker.store import var_from_json, var_to_json
 from gridstat.core.model import MAX_MODES, StatusVariable, split_variable_name
 from gridstat.errors import NotFound, UnknownVariable, ValidationError
@@ -303,20 +304,16 @@ class FloodingMixin:
         """Tell every router of the cloud the effective level of ``modes`` (routers switch on their own)."""
         sets, remove = router_requests(holder, modes)
 
-        async def push(name: str, link: RouterLink) -> None:
-            if name in self.state.down:
-                self.supervisor.mark_dirty(name)
-                return
-            try:
-                for req in sets:
-                    await link.stub.SetFlooding(req, timeout=RPC_TIMEOUT_S)
-                if remove is not None:
-                    await link.stub.RemoveFlooding(remove, timeout=RPC_TIMEOUT_S)
-            except grpc.aio.AioRpcError as exc:
-                log.warning("flooding %s on router %s: %s; it will be reconciled", holder.name, name, exc.details())
-                self.supervisor.mark_dirty(name)
+        async def push(link: RouterLink) -> None:
+            for req in sets:
+                await link.stub.SetFlooding(req, timeout=RPC_TIMEOUT_S)
+            if remove is not None:
+                await link.stub.RemoveFlooding(remove, timeout=RPC_TIMEOUT_S)
 
-        await asyncio.gather(*(push(n, link) for n, link in list(self.links.items())))
+        up = [n for n in self.links if n not in self.state.down]
+        missed = await call_routers(self.links, up, push, what=f"flooding {holder.name}")
+        for name in (*missed, *(n for n in self.links if n in self.state.down)):
+            self.supervisor.mark_dirty(name)  # reconciled when it answers again
 
     async def reconcile_flooding(self, link: RouterLink) -> int:
         """Make one router's flooding settings equal to the holders; the supervisor calls it after a

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 import grpc
@@ -22,7 +22,7 @@ import grpc
 from gridstat.broker.state import DesiredChannel, DesiredRoute, RouterEndpoint
 from gridstat.core import rpc
 from gridstat.core.tls import TlsFiles
-from gridstat.errors import ChannelUnavailable
+from gridstat.errors import ChannelUnavailable, GridStatError
 from gridstat.v1 import router_pb2 as pb
 from gridstat.v1 import router_pb2_grpc as pb_grpc
 
@@ -148,6 +148,24 @@ async def ensure_channel(link: RouterLink, d: DesiredChannel) -> bool:
     await link.stub.RemoveChannel(pb.RemoveChannelRequest(name=d.name), timeout=RPC_TIMEOUT_S)
     await link.stub.AddChannel(pb.AddChannelRequest(channel=link.channel_pb(d)), timeout=RPC_TIMEOUT_S)
     return True
+
+
+async def call_routers(links: Mapping[str, RouterLink], names: Iterable[str],
+                       call: Callable[[RouterLink], Awaitable[object]], *, what: str) -> list[str]:
+    """Run ``call`` on every named router at once; the names of those that failed (logged, not raised).
+
+    For changes every router takes on its own (a mode phase, a flooding setting): the caller decides
+    what a failure means, typically marking the router for the supervisor to reconcile.
+    """
+    async def one(name: str) -> str | None:
+        try:
+            await call(links[name])
+        except (TimeoutError, grpc.aio.AioRpcError, GridStatError) as exc:
+            log.warning("%s: router %s: %s", what, name, exc)
+            return name
+        return None
+    results = await asyncio.gather(*(one(n) for n in names))
+    return [n for n in results if n is not None]
 
 
 async def reconcile(link: RouterLink, channels: Iterable[DesiredChannel], routes: Iterable[DesiredRoute], *,

@@ -33,15 +33,12 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import grpc
-
-from gridstat.broker.installer import RouterLink, RouterUnavailable
+from gridstat.broker.installer import RouterLink, RouterUnavailable, call_routers
 from gridstat.broker.topology import RouterRole, Topology
 from gridstat.core.model import MAX_MODES
 from gridstat.errors import (
     CapacityExhausted,
     DuplicateName,
-    GridStatError,
     ModeChangeInProgress,
     NotFound,
     ValidationError,
@@ -232,7 +229,7 @@ class ModesMixin:
 
         async def phase(number: int, names: list[str], call: Callable[[RouterLink], Awaitable[Any]]) -> list[str]:
             t0 = time.perf_counter()
-            failed = await _call_all(self.links, names, call)
+            failed = await call_routers(self.links, names, call, what="mode change")
             timings.append(PhaseTiming(self.name, number, len(names), (time.perf_counter() - t0) * 1000))
             return failed
 
@@ -266,24 +263,11 @@ class ModesMixin:
 
     async def _abandon(self, previous: int, edges: list[str], tell: Callable[[RouterLink], Awaitable[Any]]) -> None:
         back = rpb.SetModeRequest(mode=previous)
-        failed = await _call_all(self.links, edges, lambda link: link.stub.SetMode(back, timeout=PHASE_TIMEOUT_S))
-        await _call_all(self.links, edges, tell)
+        failed = await call_routers(self.links, edges, lambda link: link.stub.SetMode(back, timeout=PHASE_TIMEOUT_S),
+                                    what="mode change")
+        await call_routers(self.links, edges, tell, what="mode change")
         for name in failed:
             self.supervisor.mark_dirty(name)
-
-
-async def _call_all(links: dict[str, RouterLink], names: list[str],
-                    call: Callable[[RouterLink], Awaitable[Any]]) -> list[str]:
-    """Run ``call`` on every named router at once; the names of those that failed."""
-    async def one(name: str) -> str | None:
-        try:
-            await call(links[name])
-        except (TimeoutError, grpc.aio.AioRpcError, GridStatError) as exc:
-            log.warning("mode change: router %s: %s", name, exc)
-            return name
-        return None
-    results = await asyncio.gather(*(one(n) for n in names))
-    return [n for n in results if n is not None]
 
 
 __all__ = ["DEFAULT_MODES", "PHASE_NAMES", "ModeChange", "ModesMixin", "PhaseTiming", "check_mode_id",

@@ -23,6 +23,7 @@ import grpc
 
 from gridstat.core.tls import TlsFiles
 from gridstat.errors import GridStatError, ValidationError
+from gridstat.v1 import broker_pb2_grpc as bpb_grpc
 
 T = TypeVar("T")
 
@@ -111,6 +112,13 @@ def open_channel(address: str, tls: Tls | None) -> grpc.Channel:
     if tls is None:
         return grpc.insecure_channel(address)
     return grpc.secure_channel(address, tls.credentials())
+
+
+def broker_stub(args: argparse.Namespace) -> tuple[str, grpc.Channel, bpb_grpc.QoSBrokerStub]:
+    """The broker's address (``--broker``, else the environment), an open channel and its QoSBroker stub."""
+    address = broker_address(args.broker)
+    channel = open_channel(address, Tls.from_args(args))
+    return address, channel, bpb_grpc.QoSBrokerStub(channel)  # type: ignore[no-untyped-call]
 
 
 def metadata_value(metadata: object, key: str) -> str:

@@ -33,19 +33,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import grpc
 import yaml
 
 from gridstat.cli.common import (
     EXIT_CODES_HELP,
     EXIT_OK,
-    Tls,
     add_common_arguments,
-    broker_address,
+    broker_stub,
     call,
     check_timeout,
     guarded,
-    open_channel,
     print_table,
 )
 from gridstat.cli.formatting import VALUE_KINDS, to_json
@@ -55,7 +52,6 @@ from gridstat.core.model import check_name, split_variable_name
 from gridstat.errors import ValidationError
 from gridstat.telemetry import roles as telemetry
 from gridstat.v1 import broker_pb2 as bpb
-from gridstat.v1 import broker_pb2_grpc as bpb_grpc
 from gridstat.v1 import condensation_pb2 as cpb
 
 _DOC_KEYS = {"function_id", "creator", "inputs", "output", "spec", "placement_router", "mode"}
@@ -280,12 +276,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     telemetry.add_arguments(host)
 
 
-def _stub(args: argparse.Namespace) -> tuple[str, grpc.Channel, bpb_grpc.QoSBrokerStub]:
-    address = broker_address(args.broker)
-    channel = open_channel(address, Tls.from_args(args))
-    return address, channel, bpb_grpc.QoSBrokerStub(channel)  # type: ignore[no-untyped-call]
-
-
 def _print(items: list[dict[str, Any]], output: str) -> None:
     if output == "json":
         print(to_json(items))
@@ -298,7 +288,7 @@ def create(args: argparse.Namespace) -> int:
     creator = check_name(args.creator or doc.creator, what="creator")
     request = create_request(doc, creator=creator, function_id=args.function_id, placement_router=args.router)
     timeout = check_timeout(args.timeout)
-    address, channel, stub = _stub(args)
+    address, channel, stub = broker_stub(args)
     with channel:
         info = call(f"broker at {address}", functools.partial(stub.CreateCondensation, request,
                                                               timeout=max(timeout, 10.0)), rejections=True)
@@ -308,7 +298,7 @@ def create(args: argparse.Namespace) -> int:
 
 def list_(args: argparse.Namespace) -> int:
     timeout = check_timeout(args.timeout)
-    address, channel, stub = _stub(args)
+    address, channel, stub = broker_stub(args)
     with channel:
         reply = call(f"broker at {address}", functools.partial(
             stub.ListCondensations, bpb.ListCondensationsRequest(), timeout=timeout))
@@ -318,7 +308,7 @@ def list_(args: argparse.Namespace) -> int:
 
 def remove(args: argparse.Namespace) -> int:
     timeout = check_timeout(args.timeout)
-    address, channel, stub = _stub(args)
+    address, channel, stub = broker_stub(args)
     with channel:
         reply = call(f"broker at {address}", functools.partial(
             stub.RemoveCondensation, bpb.RemoveCondensationRequest(function_id=args.function_id,

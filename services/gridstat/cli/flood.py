@@ -18,18 +18,15 @@ from typing import Any
 from gridstat.cli.common import (
     EXIT_CODES_HELP,
     EXIT_OK,
-    Tls,
     add_common_arguments,
-    broker_address,
+    broker_stub,
     call,
     check_timeout,
     guarded,
-    open_channel,
     print_table,
 )
 from gridstat.cli.formatting import to_json
 from gridstat.v1 import broker_pb2 as bpb
-from gridstat.v1 import broker_pb2_grpc as bpb_grpc
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -77,9 +74,7 @@ def flooding_view(rows: list[dict[str, Any]]) -> Any:
 
 def run_action(args: argparse.Namespace) -> int:
     timeout = check_timeout(args.timeout)
-    address = broker_address(args.broker)
-    channel = open_channel(address, Tls.from_args(args))
-    stub = bpb_grpc.QoSBrokerStub(channel)  # type: ignore[no-untyped-call]
+    address, channel, stub = broker_stub(args)
     target = f"broker at {address}"
     with channel:
         reply: bpb.BrokerFloodingReply

@@ -12,22 +12,17 @@ import argparse
 import functools
 from typing import Any
 
-import grpc
-
 from gridstat.cli.common import (
     EXIT_CODES_HELP,
     EXIT_OK,
-    Tls,
     add_common_arguments,
-    broker_address,
+    broker_stub,
     call,
     check_timeout,
     guarded,
-    open_channel,
 )
 from gridstat.cli.formatting import to_json
 from gridstat.v1 import broker_pb2 as bpb
-from gridstat.v1 import broker_pb2_grpc as bpb_grpc
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -42,12 +37,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     change = actions.add_parser("change", help="switch every cloud under the broker to a mode (name or id)")
     change.add_argument("target", metavar="MODE", help="a mode name or id")
     add_common_arguments(change)
-
-
-def _open(args: argparse.Namespace) -> tuple[str, grpc.Channel, bpb_grpc.QoSBrokerStub]:
-    address = broker_address(args.broker)
-    channel = open_channel(address, Tls.from_args(args))
-    return address, channel, bpb_grpc.QoSBrokerStub(channel)  # type: ignore[no-untyped-call]
 
 
 def modes_data(reply: bpb.ListModesReply) -> dict[str, Any]:
@@ -76,7 +65,7 @@ def change_lines(data: dict[str, Any]) -> list[str]:
 
 def run_action(args: argparse.Namespace) -> int:
     timeout = check_timeout(args.timeout)
-    address, channel, stub = _open(args)
+    address, channel, stub = broker_stub(args)
     target = f"broker at {address}"
     with channel:
         if args.action == "list":

@@ -18,15 +18,13 @@ from gridstat.cli.common import (
     EXIT_OK,
     EXIT_REJECTED,
     RpcFailure,
-    Tls,
     add_common_arguments,
-    broker_address,
+    broker_stub,
     call,
     check_timeout,
     failure_to_error,
     guarded,
     metadata_value,
-    open_channel,
     print_table,
 )
 from gridstat.cli.formatting import (
@@ -42,7 +40,6 @@ from gridstat.cli.formatting import (
     to_json,
 )
 from gridstat.v1 import broker_pb2 as bpb
-from gridstat.v1 import broker_pb2_grpc as bpb_grpc
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -76,12 +73,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_common_arguments(rm)
 
 
-def _stub(args: argparse.Namespace) -> tuple[str, grpc.Channel, bpb_grpc.QoSBrokerStub]:
-    address = broker_address(args.broker)
-    channel = open_channel(address, Tls.from_args(args))
-    return address, channel, bpb_grpc.QoSBrokerStub(channel)  # type: ignore[no-untyped-call]
-
-
 def _print_rejection(data: dict[str, object], output: str) -> int:
     print(to_json(data) if output == "json" else "\n".join(rejection_lines(data)))
     return EXIT_REJECTED
@@ -93,7 +84,7 @@ def add(args: argparse.Namespace) -> int:
                                redundancy=args.redundancy, priority=args.priority, modes=args.mode or [0],
                                value_type=args.value_type, price=args.price, best_effort=args.best_effort)
     timeout = check_timeout(args.timeout)
-    address, channel, stub = _stub(args)
+    address, channel, stub = broker_stub(args)
     with channel:
         try:
             reply, rpc = stub.Subscribe.with_call(bpb.SubscribeRequest(subscription=sub), timeout=timeout)
@@ -116,7 +107,7 @@ def add(args: argparse.Namespace) -> int:
 
 def list_(args: argparse.Namespace) -> int:
     timeout = check_timeout(args.timeout)
-    address, channel, stub = _stub(args)
+    address, channel, stub = broker_stub(args)
     with channel:
         reply = call(f"broker at {address}", functools.partial(
             stub.ListSubscriptions, bpb.ListSubscriptionsRequest(subscriber=args.subscriber), timeout=timeout))
@@ -130,7 +121,7 @@ def list_(args: argparse.Namespace) -> int:
 
 def rm(args: argparse.Namespace) -> int:
     timeout = check_timeout(args.timeout)
-    address, channel, stub = _stub(args)
+    address, channel, stub = broker_stub(args)
     with channel:
         reply = call(f"broker at {address}", functools.partial(
             stub.Unsubscribe, bpb.UnsubscribeRequest(subscription_id=args.subscription_id), timeout=timeout))

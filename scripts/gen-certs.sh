@@ -3,6 +3,8 @@
 # Usage: scripts/gen-certs.sh [DIR] [ROLE...]   (default DIR ./certs; default roles router broker admission
 #        parent client condense). Writes DIR/ca.pem, DIR/ca.key and DIR/ROLE.pem + DIR/ROLE.key (0600).
 # Every certificate is valid for 127.0.0.1, ::1, localhost and its role name, as server and as client.
+# A client's certificate is its identity (CN = ROLE): with --tls-client-ca the leaf broker binds client
+# names to it, so give each client its own, e.g. scripts/gen-certs.sh certs pmu1 ems (docs/security.md).
 # An existing CA is reused, so running it again renews role certificates (rotation: the servers
 # pick up the new files for new connections without a restart, core/tls.py).
 set -euo pipefail

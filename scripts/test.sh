@@ -5,6 +5,8 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 "$root/scripts/setup.sh"
+# ip, tc, nft, iptables for the kernel-level chaos scenarios (tests/chaos/test_netns.py); apt-get when missing.
+"$root/scripts/netns-tools.sh"
 export PATH="$root/.venv/bin:$PATH"
 echo "== generated gRPC code is fresh"
 scripts/gen-protos.sh --check

@@ -35,6 +35,7 @@ TOPICS = {
     "gap": "gridstat.telemetry.gaps",
     "measurement": "gridstat.archive.measurements",
     "qos_alert": "gridstat.alerts.qos",
+    "model_broker": "gridstat.telemetry.model_brokers",
 }
 
 

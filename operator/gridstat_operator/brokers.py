@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 import grpc
 import grpc.aio
 
+from gridstat.core.tls import ClientChannel
 from gridstat.v1 import broker_pb2_grpc as bpb_grpc
 from gridstat_operator import config as configs
 
@@ -101,16 +102,14 @@ class Brokers:
         self.config = config
         self.attempts = attempts
         self.backoff_s = backoff_s
-        self._channels: dict[str, grpc.aio.Channel] = {}
+        #: One channel per broker, following its certificate files (renewed without a restart).
+        self._channels: dict[str, ClientChannel] = {}
 
     def stub(self, address: str) -> bpb_grpc.QoSBrokerStub:
         channel = self._channels.get(address)
         if channel is None:
-            tls = self.config.tls
-            channel = (grpc.aio.secure_channel(address, tls.channel_credentials()) if tls is not None
-                       else grpc.aio.insecure_channel(address))
-            self._channels[address] = channel
-        return bpb_grpc.QoSBrokerStub(channel)
+            channel = self._channels[address] = ClientChannel(address, self.config.tls)
+        return channel.stub(bpb_grpc.QoSBrokerStub)
 
     def leaf(self, cloud: str) -> str:
         """The address of ``cloud``'s leaf broker; :class:`BrokerRefused` ``UnknownCloud`` if none."""

@@ -8,7 +8,7 @@ Contract checked for every input:
   is decoded by both and counted by neither;
 * the forwarder's counters stay consistent:
   ``events_in == forwarded + filtered + unknown_variable + future_timestamp``;
-* on a keyed (authenticated) channel, an events datagram from the known sender whose tag does not
+* on a keyed (authenticated) channel, a datagram of any kind from the known sender whose tag does not
   verify is counted ``auth_failed`` and nothing else (the tag is checked before the body); one that
   verifies (a signed seed) is counted as on an unkeyed channel.
 
@@ -93,9 +93,9 @@ def _expected_reason(data: bytes) -> str | None:
 
 def _keyed_reason(data: bytes, want: str | None) -> str | None:
     if wire.HEADER_SIZE <= len(data) <= wire.MAX_DATAGRAM:
-        magic, version, kind, sender, *_ = wire.HEADER.unpack_from(data, 0)
-        if (magic, version, kind, sender) == (wire.MAGIC, wire.WIRE_VERSION, wire.KIND_EVENTS, PUB) \
-                and not wire.verify_datagram(KEY, data):
+        magic, version, _kind, sender, *_ = wire.HEADER.unpack_from(data, 0)
+        # Every kind (control datagrams too) from the keyed sender is checked before anything else.
+        if (magic, version, sender) == (wire.MAGIC, wire.WIRE_VERSION, PUB) and not wire.verify_datagram(KEY, data):
             return DropReason.AUTH_FAILED.value
     return want
 

@@ -20,6 +20,7 @@ from gridstat.client import Publisher, Subscriber
 from gridstat.core.model import FLOAT
 from gridstat.core.tls import TlsFiles
 from gridstat.v1 import broker_pb2 as bpb
+from gridstat.v1 import broker_pb2_grpc as bpb_grpc
 from gridstat.v1 import router_pb2 as rpb
 from gridstat.v1 import router_pb2_grpc as rpb_grpc
 
@@ -51,8 +52,14 @@ def pem_der(path: Path) -> bytes:
 async def test_every_control_channel_is_mutual_tls(tmp_path: Path) -> None:
     certs = tmp_path / "certs"
     subprocess.run([str(ROOT / "scripts/gen-certs.sh"), str(certs)], check=True, capture_output=True)
+    # Clients' certificates name them (CN): the leaf broker binds client names to them (broker.authz).
+    subprocess.run([str(ROOT / "scripts/gen-certs.sh"), str(certs), "pmu1", "ems", "ems2", "far"], check=True,
+                   capture_output=True)
     ca = str(certs / "ca.pem")
     client_tls = TlsFiles(str(certs / "client.pem"), str(certs / "client.key"), ca)
+
+    def named(name: str) -> TlsFiles:
+        return TlsFiles(str(certs / f"{name}.pem"), str(certs / f"{name}.key"), ca)
     started: list[Router | Broker | Admission] = []
     try:
         adm = Admission("admission", args=tls_args(certs, "admission")).start()
@@ -82,8 +89,9 @@ async def test_every_control_channel_is_mutual_tls(tmp_path: Path) -> None:
         parent.stub.AddChildBroker(bpb.AddChildBrokerRequest(child=bpb.ChildBroker(name="A", address=leaf.address)),
                                    timeout=10)
         # SDK -> edge proxy -> leaf -> admission and routers, all mTLS; datagrams signed with broker-issued keys.
-        async with await Publisher.connect("pmu1", f"127.0.0.1:{routers['e1'].control_port}", tls=client_tls) as pub, \
-                await Subscriber.connect("ems", f"127.0.0.1:{routers['e2'].control_port}", tls=client_tls) as sub:
+        e1, e2 = (f"127.0.0.1:{routers[n].control_port}" for n in ("e1", "e2"))
+        async with await Publisher.connect("pmu1", e1, tls=named("pmu1")) as pub, \
+                await Subscriber.connect("ems", e2, tls=named("ems")) as sub:
             assert pub.key is not None and sub.key is not None
             handle = await pub.register("freq", FLOAT, 10)
             got: list[int] = []
@@ -97,16 +105,18 @@ async def test_every_control_channel_is_mutual_tls(tmp_path: Path) -> None:
             assert len(got) >= 5 and sub.stats.drops["auth_failed"] == 0
             del s
         # leaf -> admission controller over mTLS: it decides.
-        leaf.stub.RegisterClient(bpb.RegisterClientRequest(name="ems2", kind=bpb.CLIENT_KIND_SUBSCRIBER,
-                                                           edge_router="e2", host="127.0.0.1", port=9), timeout=5)
-        second = leaf.stub.Subscribe(bpb.SubscribeRequest(subscription=bpb.Subscription(
+        ems2 = bpb_grpc.QoSBrokerStub(grpc.secure_channel(leaf.address, named("ems2").channel_credentials()))  # type: ignore[no-untyped-call]
+        ems2.RegisterClient(bpb.RegisterClientRequest(name="ems2", kind=bpb.CLIENT_KIND_SUBSCRIBER,
+                                                      edge_router="e2", host="127.0.0.1", port=9), timeout=5)
+        second = ems2.Subscribe(bpb.SubscribeRequest(subscription=bpb.Subscription(
             subscriber="ems2", variable="pmu1/freq", type=bpb.ValueType(kind=bpb.VALUE_KIND_FLOAT),
             edge_router="e2", qos=[bpb.ModeQoS(mode=0, interval_ms=20, latency_ms=100)])), timeout=20)
         assert second.admitted and second.admission.decided_by == "controller", second.admission
         # leaf -> parent over mTLS: a variable no cloud publishes is asked of the parent, which answers.
-        leaf.stub.RegisterClient(bpb.RegisterClientRequest(name="far", kind=bpb.CLIENT_KIND_SUBSCRIBER,
-                                                           edge_router="e2", host="127.0.0.1", port=9), timeout=5)
-        far = leaf.stub.Subscribe(bpb.SubscribeRequest(subscription=bpb.Subscription(
+        far_stub = bpb_grpc.QoSBrokerStub(grpc.secure_channel(leaf.address, named("far").channel_credentials()))  # type: ignore[no-untyped-call]
+        far_stub.RegisterClient(bpb.RegisterClientRequest(name="far", kind=bpb.CLIENT_KIND_SUBSCRIBER,
+                                                          edge_router="e2", host="127.0.0.1", port=9), timeout=5)
+        far = far_stub.Subscribe(bpb.SubscribeRequest(subscription=bpb.Subscription(
             subscriber="far", variable="elsewhere/freq", type=bpb.ValueType(kind=bpb.VALUE_KIND_FLOAT),
             edge_router="e2", qos=[bpb.ModeQoS(mode=0, interval_ms=10, latency_ms=100)])), timeout=20)
         assert not far.admitted and far.rejection.reason == "UnknownVariable", far.rejection

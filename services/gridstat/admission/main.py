@@ -19,6 +19,7 @@ import grpc
 from gridstat.admission import admitting
 from gridstat.admission.admitting import AdmissionController, Bound, Policy
 from gridstat.admission.service import AdmissionServicer, add_to_server
+from gridstat.core import grpclog
 from gridstat.core.aio import exit_with_parent, install_fast_loop
 from gridstat.core.tls import TlsFiles
 from gridstat.errors import ValidationError
@@ -78,6 +79,8 @@ async def _run(args: argparse.Namespace) -> None:
     if bool(args.tls_cert) != bool(args.tls_key):
         raise ValidationError("--tls-cert and --tls-key go together", field="tls_key")
     tls = TlsFiles(args.tls_cert, args.tls_key, args.tls_client_ca) if args.tls_cert else None
+    if tls is not None:
+        grpclog.tap_stderr()  # refused TLS handshakes -> gridstat_tls_handshakes_refused_total
     server, port = await serve(controller, args.host, args.port, tls)
     tel = telemetry.for_admission(controller, args.name, args)  # --metrics-port: /metrics of the resource model
     await tel.start()

@@ -138,6 +138,12 @@ def parse_analysis_file(text: str, source: str = "topology.yaml") -> Workload:
     loader = yaml.SafeLoader("")
     try:
         data = loader.construct_document(node)
+    except (yaml.YAMLError, ValueError, TypeError, OverflowError) as exc:
+        # a tag SafeLoader has no constructor for ('=' is !!value), a scalar its tag rejects ('!!int x')...
+        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None) or node.start_mark
+        where = f"{source}:{mark.line + 1}"
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise TopologyFileError(f"{where}: (document): not valid YAML: {problem}", field="(document)") from None
     finally:
         loader.dispose()
     return _validate(data, _Checker(source, lines))

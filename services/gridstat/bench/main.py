@@ -36,6 +36,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="offered events/s of the hop-scalability table (default 18,000: the dissertation's "
                         "tlv=40 achieved 17.7 events/ms)")
     r.add_argument("--max-hops", type=int, default=7, help="longest chain (1..7)")
+    r.add_argument("--busy-poll-us", type=int, default=100,
+                   help="also measure the low-latency profile: fresh routers with --busy-poll-us N (0: skip)")
     _write_args(r)
     t = sub.add_parser("tables", help="in-process micro-benchmark of the routing-table forwarding path")
     t.add_argument("--quick", action="store_true", help="K in 1, 2, 5, 10 only and fewer repetitions")
@@ -188,7 +190,7 @@ def run(args: argparse.Namespace) -> int:
 
     reps = args.reps or (1 if args.quick else 3)
     res = run_router_bench(quick=args.quick, reps=reps, variant=args.variant, hop_load=args.hop_load,
-                           max_hops=args.max_hops, log=_log)
+                           max_hops=args.max_hops, log=_log, busy_poll_us=args.busy_poll_us)
     body, figures = report.router_report(res, facts)
     print(body)
     if target is not None:

@@ -18,7 +18,7 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
-from gridstat.bench.router import Trial
+from gridstat.bench.router import PACINGS, SUSTAIN_P50_US, Profile, Trial
 from gridstat.bench.tables import TableResult
 
 # -- reference figures ----------------------------------------------------------------------------
@@ -128,36 +128,58 @@ def _med(xs: Sequence[float]) -> float:
     return median(ys) if ys else float("nan")
 
 
-def router_report(res: dict[str, Any], facts: dict[str, str]) -> tuple[str, dict[str, Any]]:
-    sats = res["saturation"]
-    lat: dict[str, tuple[list[Trial], list[Trial]]] = res["lat"]
-    at70: list[Trial] = res["at70"]
-    reps = len(sats)
-    sat_rate = res["sat_rate"]
-    sat_trials = [s.trial for s in sats if s.trial is not None]
-    fwd = _med([t.forwarded_rate for t in sat_trials])
-    cpu = _med([t.cpu_pct for t in sat_trials])
-    usev = _med([t.us_per_event for t in sat_trials])
-    pub_bound = any(s.publisher_bound for s in sats)
+def profile_figures(prof: Profile) -> dict[str, Any]:
+    """Medians over one profile's repetitions: saturation, CPU, per-hop latency, the 70 % check, gaps."""
+    sat_trials = [s.trial for s in prof.saturation if s.trial is not None]
     hop: dict[str, dict[str, float]] = {}
     e2e0: dict[str, dict[str, float]] = {}
     e2e1: dict[str, dict[str, float]] = {}
-    for pacing, (lat0, lat1) in lat.items():
+    for pacing, (lat0, lat1) in prof.lat.items():
         hop[pacing], e2e0[pacing], e2e1[pacing] = {}, {}, {}
         for k in ("p50", "p99", "p999", "mean"):
             hop[pacing][k] = _med([_lat(b, k) - _lat(a, k) for a, b in zip(lat0, lat1, strict=True)])
             e2e0[pacing][k] = _med([_lat(a, k) for a in lat0])
             e2e1[pacing][k] = _med([_lat(b, k) for b in lat1])
-    drops70 = sum(t.lost + t.drops for t in at70)
+    spread_sats = [s.rate for s in prof.saturation_spread]
+    return {"saturation_offered": prof.sat_rate,
+            "saturation_spread_offered": int(median(spread_sats)) if spread_sats else 0,
+            "forwarded": _med([t.forwarded_rate for t in sat_trials]),
+            "cpu_pct": _med([t.cpu_pct for t in sat_trials]),
+            "us_per_event": _med([t.us_per_event for t in sat_trials]),
+            "publisher_bound": any(s.publisher_bound for s in prof.saturation),
+            "hop": hop, "e2e0": e2e0, "e2e1": e2e1,
+            "drops70": sum(t.lost + t.drops for t in prof.at70),
+            "gaps_lost_pct": _med([g.lost_pct for g in prof.gaps]),
+            "gaps_over_500_per_s": _med([g.over(500) / g.seconds for g in prof.gaps if g.seconds]),
+            "gaps_largest_us": max((g.largest_us for g in prof.gaps), default=0)}
+
+
+def burst_floor_us(half_rate: float, us_per_event: float) -> float:
+    """Median wait behind a 1-ms burst: the tick's events arrive at once and take rho ms to serve
+    (rho = rate x service time), so the median event waits rho/2 ms in any FIFO server."""
+    return 500.0 * half_rate * us_per_event / 1e6
+
+
+def router_report(res: dict[str, Any], facts: dict[str, str]) -> tuple[str, dict[str, Any]]:
+    profiles: list[Profile] = res["profiles"]
+    sats = res["saturation"]
+    reps = len(sats)
+    sat_rate = res["sat_rate"]
+    per = {p.name: profile_figures(p) for p in profiles}
+    main = per[profiles[0].name]
+    fwd, cpu, usev = main["forwarded"], main["cpu_pct"], main["us_per_event"]
+    hop = main["hop"]
     pass_rate = fwd >= TARGET_RATE
-    pass_lat = {p: h["p50"] <= TARGET_HOP_P50 and h["p99"] <= TARGET_HOP_P99 for p, h in hop.items()}
-    pass_70 = drops70 == 0
-    all_trials = [t for s in sats for t in s.trials] + [t for l0, l1 in lat.values() for t in (*l0, *l1)] + at70
+    passes: dict[str, bool] = {"rate": pass_rate}
+    for name, f in per.items():
+        h = f["hop"]["spread"]
+        tag = "" if name == profiles[0].name else "_" + re.sub(r"\W+", "_", name).strip("_")
+        passes["latency_spread" + tag] = h["p50"] <= TARGET_HOP_P50 and h["p99"] <= TARGET_HOP_P99
+        passes["no_drops_70" + tag] = f["drops70"] == 0
+    all_trials = [t for p in profiles for s in p.saturation for t in s.trials] + \
+        [t for p in profiles for l0, l1 in p.lat.values() for t in (*l0, *l1)] + [t for p in profiles for t in p.at70]
     noise = [t.other_cpu_pct for t in all_trials]
-    figures = {"saturation_offered": sat_rate, "forwarded": fwd, "cpu_pct": cpu, "us_per_event": usev,
-               "hop": hop, "e2e0": e2e0, "e2e1": e2e1, "drops70": drops70,
-               "pass": {"rate": pass_rate, **{f"latency_{p}": v for p, v in pass_lat.items()},
-                        "no_drops_70": pass_70}}
+    figures = {**main, "profiles": per, "pass": passes}
     d = res["durations"]
     out: list[str] = []
     out.append("## Router benchmark (`gridstat bench router`" + (" --quick" if res["quick"] else "") + ")\n")
@@ -171,8 +193,8 @@ def router_report(res: dict[str, Any], facts: dict[str, str]) -> tuple[str, dict
         "variables, 16 per datagram, every 1-ms tick on CLOCK_MONOTONIC); one reference variable every 50 ms. "
         "Two pacings: **burst** sends a tick's datagrams back to back (like the dissertation's publishers: x "
         "events, then sleep), **spread** spaces them evenly over the millisecond (sleeps only, 1-us timer "
-        "slack). Saturation, the 70 % check and the hop table use burst pacing; latency and the load table "
-        "are measured in both. "
+        "slack; what many independent PMUs with their own phases look like to a router). Saturation, the "
+        "70 % check and the hop table use burst pacing; latency and the load table are measured in both. "
         "Every event's `timestamp_ms` is real wall-clock ms (the router's default 5000 ms future tolerance "
         "applies); its 8-byte value is `time.monotonic_ns()` taken just before the datagram is sent, and the "
         "subscriber takes `time.monotonic_ns()` right after `recv`, so one-way latency is nanosecond-precise on "
@@ -186,36 +208,68 @@ def router_report(res: dict[str, Any], facts: dict[str, str]) -> tuple[str, dict
            "router under test has a core to itself; "
            if res["pinned"] else "Not pinned (fewer than 2 cores); ")
         + "router CPU is the on-CPU time of all the router's threads from /proc/PID/task/*/schedstat (ns) over "
-        "the trial, "
-        "divided by the publishing time; us/event is that CPU time over the events the router received. "
-        f"Saturation: paced trials of {d['saturation']} s, the highest offered rate with <= 0.1 % loss "
-        "(publisher sent minus subscriber received) whose publisher kept pace (>= 95 % of the offered rate), "
-        f"searched (x1.5 up, then bisection) to within 10 %; {reps} repetition(s), medians quoted. Latency: "
-        f"{d['latency']} s per pacing at 50 % of that repetition's saturation through 0 routers (publisher -> "
-        "subscriber direct) and 1 router; per-hop added latency = e2e(1 router) - e2e(0 hops) per percentile (tails "
-        "do not subtract exactly: read p99.9 as an indication). Seven router processes run throughout; chain "
-        "length N uses r1..rN and its own block of variable ids, so idle routers only exchange liveness pings.\n")
+        "the trial, divided by the publishing time; us/event is that CPU time over the events the router "
+        f"received. **Saturation** is the highest *sustained* offered rate: paced trials of {d['saturation']} s "
+        "with <= 0.1 % loss (publisher sent minus subscriber received), a publisher that kept pace (>= 95 % of "
+        f"the offered rate) and a median end-to-end latency <= {SUSTAIN_P50_US:,.0f} us (a router that falls "
+        "behind lets its 4 MiB socket buffer hide the backlog for a whole short trial: no loss, but a median "
+        "in the tens of ms; before this rule the benchmark reported such rates as saturation), searched (x1.5 "
+        f"up, then bisection) to within 10 %; {reps} repetition(s), medians quoted. Latency: {d['latency']} s "
+        "per pacing at 50 % of that repetition's saturation through 0 routers (publisher -> subscriber direct) "
+        "and 1 router; per-hop added latency = e2e(1 router) - e2e(0 hops) per percentile (tails do not "
+        "subtract exactly: read p99.9 as an indication). Seven router processes run throughout; chain length N "
+        "uses r1..rN and its own block of variable ids, so idle routers only exchange liveness pings. "
+        "**Profiles:** *default* is `gridstat router` as started by default (the event loop sleeps in epoll "
+        "when the socket is empty); *busy poll* starts fresh routers with `--busy-poll-us` (after the socket "
+        "runs dry the router polls it that long before sleeping: the low-latency setting for a router with a "
+        "dedicated core; its CPU column then includes the polling). **Machine gaps:** between the saturation "
+        "search and the latency trials, a probe spins on the router's core with the routers idle and records "
+        "every gap > 50 us between consecutive clock readings (`gridstat.bench.jitter`): time the machine "
+        "itself took from that core, which no process on it can beat.\n")
     out.append("### Headline (medians of repetitions) and targets\n")
     rows = [
-        ["events/s forwarded by one router at saturation (<= 0.1 % loss)", f0(fwd),
-         f">= {TARGET_RATE:,}" + (" (publisher-bound: a lower bound)" if pub_bound else ""), pf(pass_rate)],
+        ["events/s forwarded by one router at sustained saturation (default profile)", f0(fwd),
+         f">= {TARGET_RATE:,}" + (" (publisher-bound: a lower bound)" if main["publisher_bound"] else ""),
+         pf(pass_rate)],
         ["router CPU at saturation (% of one core)", f0(cpu), "-", ""],
         ["router CPU per event at saturation (us)", f2(usev), "-", ""],
     ]
-    for p in hop:
-        h, a0, a1 = hop[p], e2e0[p], e2e1[p]
+    for prof in profiles:
+        f = per[prof.name]
+        if prof is not profiles[0]:
+            rows.append([f"**{prof.name}**: events/s at sustained saturation, burst pacing", f0(f["forwarded"]),
+                         "-", ""])
+        rows.append([f"{prof.name}: sustained saturation offered, spread pacing (ev/s)",
+                     f0(f["saturation_spread_offered"]), "-", ""])
+        for p in PACINGS:
+            half = 0.5 * f["saturation_offered" if p == "burst" else "saturation_spread_offered"]
+            h, a0, a1 = f["hop"][p], f["e2e0"][p], f["e2e1"][p]
+            if p == "spread":
+                target, verdict = f"p50 <= {TARGET_HOP_P50:.0f}, p99 <= {TARGET_HOP_P99:.0f}", pf(
+                    h["p50"] <= TARGET_HOP_P50 and h["p99"] <= TARGET_HOP_P99)
+            else:
+                target = (f"p50 floor of any FIFO server for 1-ms bursts at this load: "
+                          f"{f0(burst_floor_us(half, usev))} (see below)")
+                verdict = "-"
+            rows += [
+                [f"{prof.name}: per-hop added latency p50 / p99 / p99.9 at 50 % saturation ({f0(half)} ev/s), "
+                 f"{p} pacing (us)", f"{f0(h['p50'])} / {f0(h['p99'])} / {f0(h['p999'])}", target, verdict],
+                [f"{prof.name}: e2e 0 hops / 1 router p50, p99, p99.9, {p} pacing (us)",
+                 f"{f0(a0['p50'])}, {f0(a0['p99'])}, {f0(a0['p999'])} / {f0(a1['p50'])}, {f0(a1['p99'])}, "
+                 f"{f0(a1['p999'])}", "-", ""],
+            ]
         rows += [
-            [f"per-hop added latency p50 / p99 / p99.9 at 50 % saturation, {p} pacing (us)",
-             f"{f0(h['p50'])} / {f0(h['p99'])} / {f0(h['p999'])}",
-             f"p50 <= {TARGET_HOP_P50:.0f}, p99 <= {TARGET_HOP_P99:.0f}", pf(pass_lat[p])],
-            [f"e2e 0 hops / 1 router p50, p99, p99.9, {p} pacing (us)",
-             f"{f0(a0['p50'])}, {f0(a0['p99'])}, {f0(a0['p999'])} / {f0(a1['p50'])}, {f0(a1['p99'])}, "
-             f"{f0(a1['p999'])}", "-", ""],
+            [f"{prof.name}: events lost + router drops at 70 % of saturation (all reps)", f0(f["drops70"]), "0",
+             pf(f["drops70"] == 0)],
+            [f"{prof.name}: machine gaps on the router's idle core: % of time / gaps > 500 us per s / largest us",
+             f"{f['gaps_lost_pct']:.2f} / {f1(f['gaps_over_500_per_s'])} / {f0(f['gaps_largest_us'])}", "-", ""],
         ]
-    rows += [
-        ["events lost + router drops at 70 % of saturation (all reps)", f0(drops70), "0", pf(pass_70)],
-    ]
     out.append(table(["figure", "measured", "target", ""], rows) + "\n")
+    out.append(
+        "The per-hop targets are judged in spread pacing. Under burst pacing a whole tick's events reach the "
+        "router at once; at 50 % load serving them takes half the tick, so the median event waits a quarter "
+        "of a millisecond whatever the router does (the floor column is 500 us x load x the router's us/event "
+        "at saturation). The dissertation's publishers sent in bursts; its per-SR latency was 0.36-0.53 ms.\n")
     out.append(f"Machine noise: other processes (not this benchmark's) used {f0(res.get('background_before', 0))} % "
                f"of a core just before the run and a median {f0(_med(noise))} % (max {f0(max(noise, default=0))} %)"
                " during the trials above (sum of their /proc/PID/stat CPU); "
@@ -239,32 +293,41 @@ def router_report(res: dict[str, Any], facts: dict[str, str]) -> tuple[str, dict
                "hop latency is at 50 % of saturation, which includes batching delay (see below).\n")
     out.append("### Per repetition\n")
     prow = []
-    for i, s in enumerate(sats):
-        t = s.trial
-        lat_cells = []
-        for p in lat:
-            t0_, t1_ = lat[p][0][i], lat[p][1][i]
-            lat_cells.append(f"{f0(_lat(t0_, 'p50'))}, {f0(_lat(t0_, 'p99'))}, {f0(_lat(t0_, 'p999'))} / "
-                             f"{f0(_lat(t1_, 'p50'))}, {f0(_lat(t1_, 'p99'))}, {f0(_lat(t1_, 'p999'))}")
-        prow.append([str(i + 1), f0(s.rate), f0(t.forwarded_rate if t else float("nan")),
-                     f0(t.cpu_pct if t else float("nan")), f2(t.us_per_event if t else float("nan")),
-                     str(len(s.trials)), "yes" if s.publisher_bound else "no", f0(lat["burst"][1][i].offered),
-                     *lat_cells, f"{f0(at70[i].offered)}: lost {at70[i].lost}, drops {at70[i].drops}"])
-    out.append(table(["rep", "saturation offered ev/s", "forwarded ev/s", "router CPU %", "us/event", "trials",
-                      "publisher-bound", "latency load ev/s",
-                      *[f"{p}: 0-hop p50, p99, p99.9 / 1 router (us)" for p in lat], "70 % check"], prow) + "\n")
-    out.append("Saturation-search trials (all repetitions): offered -> forwarded ev/s, loss %, router CPU %, "
-               "us/event, router drops, publisher kept pace:\n")
+    for prof in profiles:
+        for i, s in enumerate(prof.saturation):
+            t = s.trial
+            lat_cells = []
+            for p in prof.lat:
+                t0_, t1_ = prof.lat[p][0][i], prof.lat[p][1][i]
+                lat_cells.append(f"at {f0(t1_.offered)} ev/s: {f0(_lat(t0_, 'p50'))}, {f0(_lat(t0_, 'p99'))}, "
+                                 f"{f0(_lat(t0_, 'p999'))} / {f0(_lat(t1_, 'p50'))}, {f0(_lat(t1_, 'p99'))}, "
+                                 f"{f0(_lat(t1_, 'p999'))}")
+            g = prof.gaps[i]
+            a70 = prof.at70[i]
+            prow.append([prof.name, str(i + 1), f0(s.rate), f0(prof.saturation_spread[i].rate),
+                         f0(t.forwarded_rate if t else float("nan")), f0(t.cpu_pct if t else float("nan")),
+                         f2(t.us_per_event if t else float("nan")), "yes" if s.publisher_bound else "no",
+                         f"{g.lost_pct:.2f} / {g.over(500)} / {g.largest_us:,}",
+                         *lat_cells, f"{f0(a70.offered)}: lost {a70.lost}, drops {a70.drops}"])
+    out.append(table(["profile", "rep", "saturation burst ev/s", "saturation spread ev/s", "forwarded ev/s (burst)",
+                      "router CPU %", "us/event", "publisher-bound", "idle-core gaps: % time / > 500 us / largest us",
+                      *[f"{p}: 0-hop p50, p99, p99.9 / 1 router (us)" for p in PACINGS], "70 % check"], prow) + "\n")
+    out.append("Saturation-search trials (all profiles and repetitions): offered -> forwarded ev/s, loss %, "
+               "median latency, router CPU %, us/event, router drops, publisher kept pace:\n")
     srow = []
-    for i, s in enumerate(sats):
-        for t in s.trials:
-            srow.append([str(i + 1), f0(t.offered), f0(t.forwarded_rate), f"{100 * t.loss:.3f}", f0(t.cpu_pct),
-                         f2(t.us_per_event), str(t.drops), "yes" if t.kept_pace else "no",
-                         f"{t.pub_cpu_pct:.0f} / {t.sub_cpu_pct:.0f}", str(t.udp_err.get("RcvbufErrors", 0)),
-                         f0(t.other_cpu_pct)])
-    out.append(table(["rep", "offered ev/s", "forwarded ev/s", "loss %", "router CPU %", "us/event",
-                      "router drops", "pub kept pace", "pub / sub CPU %", "UDP RcvbufErrors",
-                      "other procs CPU %"], srow) + "\n")
+    for prof in profiles:
+        for pacing, sat_list in (("burst", prof.saturation), ("spread", prof.saturation_spread)):
+            for i, s in enumerate(sat_list):
+                for t in s.trials:
+                    srow.append([prof.name, pacing, str(i + 1), f0(t.offered), f0(t.forwarded_rate),
+                                 f"{100 * t.loss:.3f}", f0(t.p50_us), f0(t.cpu_pct), f2(t.us_per_event),
+                                 str(t.drops), "yes" if t.kept_pace else "no",
+                                 f"{t.pub_cpu_pct:.0f} / {t.sub_cpu_pct:.0f}",
+                                 str(t.udp_err.get("RcvbufErrors", 0)), f0(t.other_cpu_pct),
+                                 "yes" if t.ok() else "no"])
+    out.append(table(["profile", "pacing", "rep", "offered ev/s", "forwarded ev/s", "loss %", "p50 us",
+                      "router CPU %", "us/event", "router drops", "pub kept pace", "pub / sub CPU %",
+                      "UDP RcvbufErrors", "other procs CPU %", "sustained"], srow) + "\n")
     # load scalability
     out.append("### Load scalability: one router (cf. dissertation Tables 8.7-8.9)\n")
     out.append(f"One router, {d['load']} s per load, one repetition. The dissertation's tlv (load variables "

@@ -38,6 +38,7 @@ from typing import Any
 import grpc
 
 from gridstat.bench import peers
+from gridstat.bench.jitter import Gaps, probe_gaps
 from gridstat.v1 import router_pb2 as pb
 from gridstat.v1 import router_pb2_grpc as pb_grpc
 
@@ -46,6 +47,10 @@ PUB_ID = 900_001
 SUB_ID = 900_002
 MAX_CHAIN = 7
 LOSS_LIMIT = 0.001  # 0.1 %
+#: A trial is sustained only if its median end-to-end latency stays under this: a router that keeps up adds
+#: its batch time (hundreds of us); one that falls behind lets its 4 MiB socket buffer absorb the backlog, so
+#: a 1.5-s trial shows no loss but a median latency that grows into the tens of ms.
+SUSTAIN_P50_US = 2_000.0
 ROUTER_CPU = 1
 PEER_CPU = 0
 
@@ -243,12 +248,14 @@ def router_cpu(k: int) -> int:
     return ROUTER_CPU if k == 1 else PEER_CPU
 
 
-def start_routers(n: int, variant: str, timeout_s: float = 30.0) -> tuple[list[RouterProc], str]:
+def start_routers(n: int, variant: str, timeout_s: float = 30.0,
+                  extra_args: Sequence[str] = ()) -> tuple[list[RouterProc], str]:
     base, how = router_command()
     out: list[RouterProc] = []
     try:
         for k in range(1, n + 1):
-            cmd = [*base, "--name", f"r{k}", "--id", str(k), "--variant", variant, "--control-port", "0"]
+            cmd = [*base, "--name", f"r{k}", "--id", str(k), "--variant", variant, "--control-port", "0",
+                   *extra_args]
             proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
             pin(proc.pid, router_cpu(k))
@@ -381,14 +388,22 @@ class Trial:
     def drops(self) -> int:
         return sum(self.router_drops)
 
+    @property
+    def p50_us(self) -> float:
+        lat = self.sub.get("lat_all", {})
+        return float(lat["p50"]) if lat.get("n") else math.nan
+
     def ok(self) -> bool:
-        return self.loss <= LOSS_LIMIT and self.kept_pace
+        """Sustained: <= 0.1 % loss, a publisher that kept pace, and (when measured) no growing backlog."""
+        p50 = self.p50_us
+        return self.loss <= LOSS_LIMIT and self.kept_pace and not p50 > SUSTAIN_P50_US
 
 
 class Bench:
     """Owns the peer and router processes; ``close`` (always called) stops every one of them."""
 
-    def __init__(self, *, variant: str, vars_per_chain: dict[int, int], log: Log) -> None:
+    def __init__(self, *, variant: str, vars_per_chain: dict[int, int], log: Log,
+                 router_args: Sequence[str] = ()) -> None:
         self.log = log
         self.pub: _LineProc | None = None
         self.sub: _LineProc | None = None
@@ -407,7 +422,7 @@ class Bench:
         json.loads(self.pub.readline(20))
         chains = max(vars_per_chain) if vars_per_chain else 0
         if chains:
-            self.routers, self.how = start_routers(chains, variant)
+            self.routers, self.how = start_routers(chains, variant, extra_args=router_args)
             configure_chains(self.routers, self.sub_port, vars_per_chain)
             time.sleep(0.3)  # first pings and pongs: every router link is up before the first trial
 
@@ -486,17 +501,20 @@ class Saturation:
     publisher_bound: bool
 
 
-def find_saturation(b: Bench, *, start: int, duration: float, max_trials: int, log: Log) -> Saturation:
-    """Highest offered rate with <= 0.1 % loss (and a publisher that kept pace), to within ~10 %."""
+def find_saturation(b: Bench, *, start: int, duration: float, max_trials: int, log: Log,
+                    pacing: str = "burst") -> Saturation:
+    """Highest sustained offered rate (``Trial.ok``) in ``pacing``, to within ~10 %."""
     good: Trial | None = None
     bad_rate: int | None = None
     rate = start
     trials: list[Trial] = []
     publisher_bound = False
     for _ in range(max_trials):
-        t = b.trial(1, rate, duration)
+        t = b.trial(1, rate, duration, record=True, pacing=pacing)
         trials.append(t)
-        log(f"  saturation trial {rate:>9,} ev/s: forwarded {t.forwarded_rate:>11,.0f} ev/s, loss {100 * t.loss:.3f} %,"
+        log(f"  saturation trial ({pacing}) {rate:>9,} ev/s: forwarded {t.forwarded_rate:>11,.0f} ev/s,"
+            f" loss {100 * t.loss:.3f} %,"
+            f" p50 {t.p50_us:,.0f} us,"
             f" router CPU {t.cpu_pct:.0f} %, {t.us_per_event:.2f} us/ev, router drops {t.drops},"
             f" pub kept pace {t.kept_pace}")
         if t.ok():
@@ -549,9 +567,71 @@ def summarize(ts: Sequence[Trial], key: str, which: str = "lat_all") -> float:
     return median(vals) if vals else float("nan")
 
 
+#: The low-latency profile's busy-poll budget (``gridstat router --busy-poll-us``).
+BUSY_POLL_US = 100
+
+
+@dataclass
+class Profile:
+    """Saturation, latency at 50 % and the 70 % check of one router configuration, per repetition."""
+
+    name: str
+    router_args: tuple[str, ...]
+    #: Burst pacing (the headline, the 70 % check, the load table's fractions).
+    saturation: list[Saturation] = field(default_factory=list)
+    #: Spread pacing: its latency trials run at half of this one.
+    saturation_spread: list[Saturation] = field(default_factory=list)
+    lat: dict[str, tuple[list[Trial], list[Trial]]] = field(default_factory=dict)
+    at70: list[Trial] = field(default_factory=list)
+    gaps: list[Gaps] = field(default_factory=list)
+
+    @property
+    def sat_rate(self) -> int:
+        return int(median(s.rate for s in self.saturation)) if self.saturation else 0
+
+
+def run_profile(b: Bench, prof: Profile, *, reps: int, dur_sat: float, dur_lat: float, quick: bool,
+                log: Log) -> None:
+    """Fill ``prof``: per repetition a saturation search, latency at 50 % in both pacings, the 70 % check."""
+    prof.lat = {p: ([], []) for p in PACINGS}
+    start = {p: 200_000 for p in PACINGS}
+    for rep in range(reps):
+        sat: dict[str, Saturation] = {}
+        for pacing in PACINGS:
+            log(f"[{prof.name}] rep {rep + 1}/{reps}: saturation search (1 router, {dur_sat} s trials, "
+                f"{pacing} pacing)")
+            sat[pacing] = find_saturation(b, start=start[pacing], duration=dur_sat, max_trials=8 if quick else 10,
+                                          log=log, pacing=pacing)
+            start[pacing] = max(10_000, _round_rate(sat[pacing].rate * 0.8))
+        prof.saturation.append(sat["burst"])
+        prof.saturation_spread.append(sat["spread"])
+        # The router's core, routers idle: how much of it the machine itself takes away (bench.jitter).
+        prof.gaps.append(probe_gaps(ROUTER_CPU if b.pinned else -1, 1.0 if quick else 2.0))
+        log(f"[{prof.name}] rep {rep + 1}: saturation burst {sat['burst'].rate:,} / spread "
+            f"{sat['spread'].rate:,} ev/s; core {ROUTER_CPU} idle gaps: {prof.gaps[-1].lost_pct:.2f} % of the "
+            f"time, largest {prof.gaps[-1].largest_us:,} us")
+        for pacing in PACINGS:
+            half = _round_rate(sat[pacing].rate * 0.5)
+            l0, l1 = prof.lat[pacing]
+            l0.append(b.trial(0, half, dur_lat, record=True, pacing=pacing))
+            l1.append(b.trial(1, half, dur_lat, record=True, pacing=pacing))
+            log(f"  {pacing:<6} at {half:,} ev/s: 0-hop p50/p99 {_p(l0[-1], 'p50')}/{_p(l0[-1], 'p99')} us, "
+                f"1 router {_p(l1[-1], 'p50')}/{_p(l1[-1], 'p99')} us")
+        sat_b = sat["burst"]
+        seventy = _round_rate(sat_b.rate * 0.7)
+        prof.at70.append(b.trial(1, seventy, dur_lat if not quick else dur_sat))
+        log(f"[{prof.name}] rep {rep + 1}: at 70 % ({seventy:,} ev/s): lost {prof.at70[-1].lost}, "
+            f"router drops {prof.at70[-1].drops}")
+
+
 def run_router_bench(*, quick: bool, reps: int, variant: str, hop_load: int, max_hops: int,
-                     log: Log) -> dict[str, Any]:
-    """The whole router benchmark; returns everything the report needs."""
+                     log: Log, busy_poll_us: int = BUSY_POLL_US) -> dict[str, Any]:
+    """The whole router benchmark; returns everything the report needs.
+
+    The default profile (routers as ``gridstat router`` starts them) gets every table; with
+    ``busy_poll_us`` > 0 a second, low-latency profile (``--busy-poll-us``) repeats saturation,
+    latency and the 70 % check on fresh routers.
+    """
     t_start = time.monotonic()
     dur_sat = 0.8 if quick else 1.5
     dur_lat = 1.5 if quick else 3.0
@@ -567,6 +647,7 @@ def run_router_bench(*, quick: bool, reps: int, variant: str, hop_load: int, max
     result["background_before"] = wait_for_quiet(10.0 if quick else 60.0, log)
     b = Bench(variant=variant, vars_per_chain=vars_per_chain, log=log)
     b.max_retries = 3 if quick else 20  # keeps --quick under a minute on a busy machine
+    retries = 0
     try:
         result["launcher"] = b.how
         result["pinned"] = b.pinned
@@ -574,29 +655,11 @@ def run_router_bench(*, quick: bool, reps: int, variant: str, hop_load: int, max
         for n in range(1, max_hops + 1):  # warm-up: every chain once (connections, first-use allocations)
             b.trial(n, 10_000, 0.3)
         b.trial(0, 10_000, 0.3)
-        sats: list[Saturation] = []
-        lat: dict[str, tuple[list[Trial], list[Trial]]] = {p: ([], []) for p in PACINGS}
-        at70: list[Trial] = []
-        start = 200_000
-        for rep in range(reps):
-            log(f"rep {rep + 1}/{reps}: saturation search (1 router, {dur_sat} s trials, burst pacing)")
-            sat = find_saturation(b, start=start, duration=dur_sat, max_trials=8 if quick else 10, log=log)
-            sats.append(sat)
-            start = max(10_000, _round_rate(sat.rate * 0.8))
-            half = _round_rate(sat.rate * 0.5)
-            log(f"rep {rep + 1}: saturation {sat.rate:,} ev/s; latency at 50 % = {half:,} ev/s")
-            for pacing in PACINGS:
-                l0, l1 = lat[pacing]
-                l0.append(b.trial(0, half, dur_lat, record=True, pacing=pacing))
-                l1.append(b.trial(1, half, dur_lat, record=True, pacing=pacing))
-                log(f"  {pacing:<6}: 0-hop p50/p99 {_p(l0[-1], 'p50')}/{_p(l0[-1], 'p99')} us, 1 router "
-                    f"{_p(l1[-1], 'p50')}/{_p(l1[-1], 'p99')} us")
-            seventy = _round_rate(sat.rate * 0.7)
-            at70.append(b.trial(1, seventy, dur_lat if not quick else dur_sat))
-            log(f"rep {rep + 1}: at 70 % ({seventy:,} ev/s): lost {at70[-1].lost}, router drops {at70[-1].drops}")
-        result["saturation"] = sats
-        result["lat"], result["at70"] = lat, at70
-        sat_rate = int(median(s.rate for s in sats))
+        prof = Profile("default", ())
+        run_profile(b, prof, reps=reps, dur_sat=dur_sat, dur_lat=dur_lat, quick=quick, log=log)
+        result["profiles"] = [prof]
+        result["saturation"], result["lat"], result["at70"] = prof.saturation, prof.lat, prof.at70
+        sat_rate = prof.sat_rate
         result["sat_rate"] = sat_rate
         # Load scalability (one router): the dissertation's tlv rows (events/ms -> k events/s) and fractions of
         # the measured saturation, each in both pacings.
@@ -623,6 +686,20 @@ def run_router_bench(*, quick: bool, reps: int, variant: str, hop_load: int, max
         result["hop_rows"] = hops_rows
     finally:
         b.close()
-    result["retries"] = b.retries
+        retries += b.retries
+    if busy_poll_us > 0:
+        args = ("--busy-poll-us", str(busy_poll_us))
+        b = Bench(variant=variant, vars_per_chain={1: vars_per_chain[1]}, log=log, router_args=args)
+        b.max_retries = 3 if quick else 20
+        try:
+            b.trial(1, 10_000, 0.3)
+            b.trial(0, 10_000, 0.3)
+            fast = Profile(f"busy poll {busy_poll_us} us", args)
+            run_profile(b, fast, reps=reps, dur_sat=dur_sat, dur_lat=dur_lat, quick=quick, log=log)
+            result["profiles"].append(fast)
+        finally:
+            b.close()
+            retries += b.retries
+    result["retries"] = retries
     result["wall_s"] = time.monotonic() - t_start
     return result

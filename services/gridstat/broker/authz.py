@@ -15,8 +15,17 @@ rule of the action names gets ``default``. A refusal is ``Unauthorized`` naming 
 Subscribe gets a reply with ``admitted=false`` and that reason; nothing is reserved or installed).
 The file is read again when it changes (checked at most once a second): no restart needed.
 
-The client is the name the request carries, relayed by its edge router's proxy; binding names to
-client certificates (mTLS identities) is not done yet (docs/security.md).
+Who the client is (``IdentityBinding``): with TLS and a client CA (``--tls-client-ca``) the broker
+trusts the verified client certificate, not the name in the request. A client's certificate is
+verified by its edge router's proxy, which relays its identities (common name, DNS SANs) in the
+``gridstat-client-identity`` metadata (``-`` for a client without a certificate); the broker believes
+that metadata only from a peer whose own certificate names an edge proxy (``--trusted-proxy``, default
+``router``, or a registered router's name); any other peer is itself the client. A trusted certificate
+that calls for itself (no relayed identity: the operator) or is relayed by a proxy (the condensation
+host) is a platform component and acts for the client it names: it could relay any identity anyway.
+A request whose client name is not one of those identities is refused as ``Unauthorized`` naming the
+field, and the policy is then evaluated against that (certificate) identity. Without mTLS the name in
+the request is believed (insecure mode, logged once at startup; docs/security.md).
 """
 
 from __future__ import annotations
@@ -24,10 +33,12 @@ from __future__ import annotations
 import fnmatch
 import json
 import time
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gridstat.core.tls import ANONYMOUS, peer_identities, relayed_identities
 from gridstat.errors import Unauthorized, ValidationError
 
 ACTIONS = ("publish", "subscribe")
@@ -137,3 +148,47 @@ class PolicyFile:
 
     def check(self, action: str, client: str, variable: str, *, field: str) -> None:
         self.current().check(action, client, variable, field=field)
+
+
+#: Certificate identities trusted to relay their clients' identities (the edge routers' proxies).
+DEFAULT_PROXIES = ("router",)
+
+
+class IdentityBinding:
+    """Binds the client names in requests to verified mTLS certificate identities (module docstring)."""
+
+    def __init__(self, proxies: Collection[str] = DEFAULT_PROXIES,
+                 routers: Callable[[], Collection[str]] = tuple) -> None:
+        self.proxies = tuple(proxies)
+        self._routers = routers
+        #: Refusals by reason, for stats and tests.
+        self.refused = 0
+
+    def is_proxy(self, identities: tuple[str, ...]) -> bool:
+        routers = self._routers()
+        return any(i in routers or any(fnmatch.fnmatchcase(i, p) for p in self.proxies) for i in identities)
+
+    def check(self, context: Any, declared: str, *, field: str) -> str:
+        """The principal of a request declaring client ``declared``; Unauthorized naming ``field`` if the
+        certificate does not carry that name."""
+        peer = peer_identities(context)
+        if not peer:
+            self.refused += 1
+            raise Unauthorized(f"client {declared!r}: no verified client certificate", field=field)
+        if self.is_proxy(peer):
+            ids = relayed_identities(context)
+            # A trusted certificate calling for itself (the operator, a topology sidecar) or relayed by an
+            # edge proxy (the condensation host): platform components holding the proxies' certificate,
+            # which could relay any identity anyway, act for the client they name.
+            if not ids or self.is_proxy(ids):
+                return declared
+            if ids == (ANONYMOUS,):
+                self.refused += 1
+                raise Unauthorized(f"client {declared!r}: no client certificate at edge proxy {peer[0]!r}",
+                                   field=field)
+        else:
+            ids = peer
+        if declared not in ids:
+            self.refused += 1
+            raise Unauthorized(f"client name {declared!r} is not the certificate identity {ids[0]!r}", field=field)
+        return declared

@@ -10,8 +10,11 @@ channel derive the same one without storing per-channel keys:
   returned to the client in ``RegisterClientReply.channel_key`` (through the edge proxy, over TLS).
 
 Keys travel only on the control plane (``Channel.key`` in AddChannel/UpdateChannel), which must
-then run over (m)TLS. Inter-cloud channels (level > 1) and condensation hosts' output channels are
-not keyed yet (docs/security.md, "not protected").
+then run over (m)TLS. A condensation function's output channel in a router slot is a client channel
+like any other (the slot signs its output with it); a standalone condensation host is an ordinary
+client. Inter-cloud channels (level > 1) do not derive from this master: their key is chosen by the
+broker that registers them (a parent with ``--channel-auth``) and stored with the leaf's
+``ForeignChannel`` (docs/security.md).
 """
 
 from __future__ import annotations

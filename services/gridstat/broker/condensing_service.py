@@ -52,6 +52,7 @@ class CondensationServicerMixin:
     async def CreateCondensation(self, request: pb.CreateCondensationRequest, context: Any) -> pb.CondensationInfo:
         async def call() -> pb.CondensationInfo:
             # The creator reads the inputs and publishes the output: the policy must allow both.
+            self.broker.bind_identity(context, request.creator, field="creator")
             for i, inp in enumerate(request.inputs):
                 self.broker.authorize("subscribe", request.creator, inp.variable, field=f"inputs[{i}].variable")
             out = request.output
@@ -65,6 +66,7 @@ class CondensationServicerMixin:
     async def RemoveCondensation(self, request: pb.RemoveCondensationRequest,
                                  context: Any) -> pb.RemoveCondensationReply:
         async def call() -> pb.RemoveCondensationReply:
+            self.broker.bind_identity(context, request.creator, field="creator")
             n = await self.broker.remove_condensation(request.function_id, request.creator)
             return pb.RemoveCondensationReply(subscriptions_removed=n)
         return await self._run(context, call)

@@ -30,7 +30,7 @@ import grpc
 
 from gridstat.broker.rejections import AdmissionRejected
 from gridstat.broker.resources import SUBSCRIBER_CHANNEL_PREFIX
-from gridstat.core.tls import TlsFiles
+from gridstat.core.tls import ClientChannel, TlsFiles
 from gridstat.errors import ValidationError
 from gridstat.v1 import admission_pb2 as apb
 from gridstat.v1 import admission_pb2_grpc as apb_grpc
@@ -95,11 +95,8 @@ class AdmissionLink:
             raise ValidationError("the admission deadline must be positive", field="admission_deadline_ms")
         self.address = address
         self.deadline_s = deadline_s
-        if tls is None:
-            self._channel = grpc.aio.insecure_channel(address)
-        else:
-            self._channel = grpc.aio.secure_channel(address, tls.channel_credentials())
-        self._stub = apb_grpc.AdmissionControlStub(self._channel)  # type: ignore[no-untyped-call]
+        #: Follows its certificate files: a renewed certificate is used without a restart.
+        self._client = ClientChannel(address, tls)
         self._epoch = ""
         self._resources_version = -1
         self._adverts_version = -1
@@ -111,8 +108,12 @@ class AdmissionLink:
         #: Held subscriptions must be registered again (controller restarted, or missed some).
         self._replay = False
 
+    @property
+    def _stub(self) -> apb_grpc.AdmissionControlStub:
+        return self._client.stub(apb_grpc.AdmissionControlStub)
+
     async def close(self) -> None:
-        await self._channel.close()
+        await self._client.close()
 
     # -- bringing the controller up to date ------------------------------------------------------
     async def sync(self, broker: LeafBroker) -> None:

@@ -28,7 +28,7 @@ from gridstat.broker import parent as plan
 from gridstat.broker.rejections import AdmissionRejected, Offer
 from gridstat.broker.state import ModeQoS
 from gridstat.core import rpc
-from gridstat.core.tls import TlsFiles
+from gridstat.core.tls import ClientChannel, TlsFiles
 from gridstat.errors import ChannelUnavailable, GridStatError, NotFound, Unauthorized
 from gridstat.v1 import broker_pb2 as pb
 from gridstat.v1 import broker_pb2_grpc as pb_grpc
@@ -59,12 +59,16 @@ class Peer:
 
     def __init__(self, address: str, tls: TlsFiles | None = None) -> None:
         self.address = address
-        if tls is None:
-            self.channel = grpc.aio.insecure_channel(address, options=rpc.channel_options())
-        else:
-            self.channel = grpc.aio.secure_channel(address, tls.channel_credentials(), options=rpc.channel_options())
-        self.broker = pb_grpc.QoSBrokerStub(self.channel)  # type: ignore[no-untyped-call]
-        self.segments = pb_grpc.SegmentsStub(self.channel)  # type: ignore[no-untyped-call]
+        #: Follows its certificate files: a renewed certificate is used without a restart.
+        self.client = ClientChannel(address, tls, rpc.channel_options())
+
+    @property
+    def broker(self) -> pb_grpc.QoSBrokerStub:
+        return self.client.stub(pb_grpc.QoSBrokerStub)
+
+    @property
+    def segments(self) -> pb_grpc.SegmentsStub:
+        return self.client.stub(pb_grpc.SegmentsStub)
 
 
 class Peers:
@@ -81,7 +85,7 @@ class Peers:
 
     async def close(self) -> None:
         for p in self._peers.values():
-            await p.channel.close()
+            await p.client.close()
         self._peers.clear()
 
 

@@ -82,6 +82,7 @@ class FloodingServicerMixin:
 
     async def SetFloodAll(self, request: pb.SetFloodAllRequest, context: Any) -> pb.BrokerFloodingReply:
         async def call() -> pb.BrokerFloodingReply:
+            self.broker.bind_identity(context, request.subscriber, field="subscriber")
             await self.broker.set_flood_all(request.subscriber, request.enabled)
             return pb.BrokerFloodingReply(flooding=entries_pb(self.broker.list_flooding()))
         return await self._run(context, call)

@@ -21,7 +21,7 @@ import grpc
 
 from gridstat.broker.state import DesiredChannel, DesiredRoute, RouterEndpoint
 from gridstat.core import rpc
-from gridstat.core.tls import TlsFiles
+from gridstat.core.tls import ClientChannel, TlsFiles
 from gridstat.errors import ChannelUnavailable, GridStatError
 from gridstat.v1 import router_pb2 as pb
 from gridstat.v1 import router_pb2_grpc as pb_grpc
@@ -57,13 +57,8 @@ class RouterLink:
 
     def __init__(self, endpoint: RouterEndpoint, tls: TlsFiles | None = None) -> None:
         self.endpoint = endpoint
-        options = rpc.channel_options()
-        if tls is None:
-            self.channel = grpc.aio.insecure_channel(endpoint.control_address, options=options)
-        else:
-            self.channel = grpc.aio.secure_channel(endpoint.control_address, tls.channel_credentials(),
-                                                   options=options)
-        self.stub = pb_grpc.RouterControlStub(self.channel)  # type: ignore[no-untyped-call]
+        #: Follows its certificate files: a renewed broker certificate is used without a restart.
+        self._client = ClientChannel(endpoint.control_address, tls, rpc.channel_options())
         self.boot_id: str | None = None
         self.up = False
         self.failures = 0
@@ -80,8 +75,16 @@ class RouterLink:
     def name(self) -> str:
         return self.endpoint.name
 
+    @property
+    def channel(self) -> grpc.aio.Channel:
+        return self._client.channel()
+
+    @property
+    def stub(self) -> pb_grpc.RouterControlStub:
+        return self._client.stub(pb_grpc.RouterControlStub)
+
     async def close(self) -> None:
-        await self.channel.close()
+        await self._client.close()
 
     async def health(self, timeout: float = 1.0) -> pb.HealthReply | None:
         try:

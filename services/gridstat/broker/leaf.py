@@ -19,10 +19,10 @@ import dataclasses
 import logging
 from collections import OrderedDict
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gridstat.broker import installer
-from gridstat.broker.authz import PolicyFile
+from gridstat.broker.authz import IdentityBinding, PolicyFile
 from gridstat.broker.channelkeys import ChannelKeys
 from gridstat.broker.condensing import CondensationMixin
 from gridstat.broker.consulting import AdmissionLink, advertised_rate
@@ -100,6 +100,8 @@ class LeafBroker(SegmentsMixin, ModesMixin, FloodingMixin, CondensationMixin):
         self.channel_keys: ChannelKeys | None = None
         #: Who may publish and subscribe to what (``--policy``; broker.authz), None = everyone everything.
         self.policy: PolicyFile | None = None
+        #: Client names bound to mTLS certificate identities (broker.authz); None = names as declared.
+        self.identity: IdentityBinding | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
@@ -159,16 +161,21 @@ class LeafBroker(SegmentsMixin, ModesMixin, FloodingMixin, CondensationMixin):
 
     def _new_link(self, ep: RouterEndpoint) -> RouterLink:
         link = RouterLink(ep, self.tls)
-        link.keys = lambda d: self._channel_key(ep.router_id, d)
+        link.keys = lambda d: self._channel_key(ep.router_id, d, ep.name)
         return link
 
-    def _channel_key(self, router_id: int, d: DesiredChannel) -> bytes:
+    def _channel_key(self, router_id: int, d: DesiredChannel, router: str = "") -> bytes:
+        if d.kind == "router" and d.level > 1:
+            # An inter-cloud channel: its key is the one the registering (parent) broker chose, the
+            # same at both border routers; it does not derive from this cloud's master secret.
+            f = self.state.foreign.get((router, d.name))
+            return bytes.fromhex(f.key_hex) if f is not None and f.key_hex else b""
         keys = self.channel_keys
         if keys is None:
             return b""
-        keyed = d.kind == "router" or not any(c.client_id == d.peer_id and self.condensation_publisher(c.name)
-                                              for c in self.state.clients.values())
-        return keys.for_channel(router_id, d, keyed_client=keyed)
+        # Every client channel, the output channel of a condensation function in a router slot too:
+        # the slot signs its output with that channel's key (router.condensation).
+        return keys.for_channel(router_id, d)
 
     async def _rekey_neighbours(self, link: RouterLink) -> int:
         """After a router is rebuilt (it may have restarted, its sequence numbers from 1 again), its
@@ -189,6 +196,11 @@ class LeafBroker(SegmentsMixin, ModesMixin, FloodingMixin, CondensationMixin):
                     except Exception as exc:  # the neighbour is reconciled by its own check
                         log.warning("re-keying %s on %s: %s", d.name, name, exc)
         return n
+
+    def bind_identity(self, context: Any, client: str, *, field: str) -> None:
+        """Raise Unauthorized if the request's client name is not its certificate's identity (mTLS)."""
+        if self.identity is not None:
+            self.identity.check(context, client, field=field)
 
     def authorize(self, action: str, client: str, variable: str, *, field: str) -> None:
         """Raise Unauthorized if the policy refuses ``client`` to ``action`` the variable."""

@@ -23,6 +23,7 @@ import grpc
 from gridstat.broker.leaf import LeafBroker
 from gridstat.broker.service import QoSBrokerServicer, SegmentsServicer
 from gridstat.broker.store import BrokerStore
+from gridstat.core import grpclog
 from gridstat.core.aio import exit_with_parent, install_fast_loop
 from gridstat.core.tls import TlsFiles
 from gridstat.errors import ValidationError
@@ -60,10 +61,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="CA of the other brokers' certificates (parent, children): (m)TLS to them with --tls-cert")
     p.add_argument("--channel-auth", choices=("off", "routers", "all"), default="off",
                    help="leaf: authenticate event datagrams (HMAC tag, replay window; docs/security.md): 'routers' "
-                        "keys the cloud's router-router channels, 'all' also publishers' and subscribers' channels")
+                        "keys the cloud's router-router channels, 'all' also publishers' and subscribers' channels; "
+                        "parent: key the inter-cloud channels it registers (a random key each, sent to both leaves)")
     p.add_argument("--policy", default="", metavar="FILE",
                    help="leaf: YAML/JSON policy of who may publish and subscribe to which variables (broker.authz); "
                         "re-read when it changes")
+    p.add_argument("--trusted-proxy", action="append", default=[], metavar="PATTERN",
+                   help="leaf with --tls-client-ca: certificate identities (fnmatch) of edge proxies whose relayed "
+                        "client identities are believed (default: router; registered routers' names always)")
     p.add_argument("--channel-key-file", default="",
                    help="hex master secret the channel keys derive from (default STATE.channel-key, created 0600)")
     p.add_argument("--exit-with-parent", action="store_true")
@@ -93,6 +98,7 @@ async def _run_parent(args: argparse.Namespace) -> None:
     peer_tls = TlsFiles(args.tls_cert, args.tls_key, args.peer_tls_ca) if args.peer_tls_ca else None
     broker = ParentBroker(args.name, ParentStore(args.state or default_state_path(args.name)), parent=args.parent,
                           tls=peer_tls)
+    broker.channel_auth = args.channel_auth != "off"
     server = grpc.aio.server()
     pb_grpc.add_QoSBrokerServicer_to_server(ParentServicer(broker), server)  # type: ignore[no-untyped-call]
     pb_grpc.add_SegmentsServicer_to_server(ParentSegmentsServicer(broker), server)  # type: ignore[no-untyped-call]
@@ -119,6 +125,8 @@ async def _run_parent(args: argparse.Namespace) -> None:
 async def _run(args: argparse.Namespace) -> None:
     if args.role == "parent" and args.admission:
         raise ValidationError("--admission is for leaf brokers: they reserve in their routers", field="admission")
+    if args.tls_cert:
+        grpclog.tap_stderr()  # refused TLS handshakes -> gridstat_tls_handshakes_refused_total
     if args.role == "parent":
         await _run_parent(args)
         return
@@ -131,6 +139,15 @@ async def _run(args: argparse.Namespace) -> None:
         from gridstat.broker.authz import PolicyFile
 
         broker.policy = PolicyFile(args.policy)
+    if tls is not None and args.tls_client_ca:
+        from gridstat.broker.authz import DEFAULT_PROXIES, IdentityBinding
+
+        broker.identity = IdentityBinding(args.trusted_proxy or DEFAULT_PROXIES,
+                                          routers=lambda: broker.state.endpoints.keys())
+    else:
+        logging.getLogger(__name__).warning(
+            "broker %s: no --tls-client-ca: client names are self-declared (insecure mode): the policy and "
+            "registrations trust the name in each request (docs/security.md)", args.name)
     if args.channel_auth != "off":
         from pathlib import Path
 

@@ -11,6 +11,7 @@ below) is read from the children's ``GetTopology`` when needed; what it decided 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict
@@ -57,6 +58,9 @@ class ParentBroker:
         self.pending: dict[str, tuple[float, dict[str, Any]]] = {}
         self.version = 0
         self.lock = asyncio.Lock()
+        #: Key the inter-cloud channels this broker registers (``--channel-auth routers|all``): a random
+        #: 32-byte key per channel, sent to both leaves with AddInterCloudChannel (docs/security.md).
+        self.channel_auth = False
         self.modes = ParentModes(name, store, self.peers, self.children)
         self.flooding = ParentFlooding(self)
         for d in store.all("child"):
@@ -171,6 +175,7 @@ class ParentBroker:
                 raise NotFound(f"cloud {v.broker!r} has no router {router!r}", field="channel")
             info[router] = found[0]
         level = await self.flooding.height()  # this broker is the channel's LCA: its height is the level
+        key = os.urandom(32) if self.channel_auth else b""
         self.books.add(ch)  # validates (duplicates, bandwidth) before the leaves are touched
         told: list[tuple[str, str, str]] = []
         try:
@@ -180,7 +185,7 @@ class ParentBroker:
                     channel=pb.InterCloudChannel(cloud_a=ca, router_a=ra, cloud_b=cb, router_b=rb,
                                                  bandwidth_bps=c.bandwidth_bps, latency_ms=c.latency_ms,
                                                  router_b_event_address=info[rb].event_address,
-                                                 router_b_id=info[rb].router_id, level=level)),
+                                                 router_b_id=info[rb].router_id, level=level, key=key)),
                     timeout=RPC_TIMEOUT_S)
                 told.append((addr, ra, rb))
         except BaseException:

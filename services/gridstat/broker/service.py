@@ -21,7 +21,7 @@ from gridstat.broker.rejections import CapacityExceeded, LatencyUnattainable, No
 from gridstat.broker.segments import SegmentKind, segment_id
 from gridstat.broker.state import ForeignChannel, ModeQoS, RouterEndpoint, SubscriptionRecord
 from gridstat.broker.topology import RouterRole
-from gridstat.core import rpc
+from gridstat.core import rpc, wire
 from gridstat.core.protoconv import priority_of, type_from_pb, type_to_pb
 from gridstat.errors import (
     ChannelUnavailable,
@@ -88,6 +88,7 @@ class QoSBrokerServicer(ModesServicerMixin, FloodingServicerMixin, CondensationS
             kind = _KIND.get(request.kind)
             if kind is None:
                 raise ValidationError("kind must be publisher or subscriber", field="kind")
+            self.broker.bind_identity(context, request.name, field="name")
             cid, restarted = await self.broker.register_client(request.name, kind, request.edge_router,
                                                                request.host, request.port,
                                                                first_time=request.first_time)
@@ -102,6 +103,7 @@ class QoSBrokerServicer(ModesServicerMixin, FloodingServicerMixin, CondensationS
             kind = _KIND.get(request.kind)
             if kind is None:
                 raise ValidationError("kind must be publisher or subscriber", field="kind")
+            self.broker.bind_identity(context, request.name, field="name")
             return pb.UnregisterClientReply(removed=await self.broker.unregister_client(request.name, kind))
         return await self._run(context, call)
 
@@ -112,6 +114,7 @@ class QoSBrokerServicer(ModesServicerMixin, FloodingServicerMixin, CondensationS
             t = type_from_pb(p.type, field="publication.type")
             if t is None:
                 raise ValidationError("a publication needs a value type", field="publication.type.kind")
+            self.broker.bind_identity(context, p.publisher, field="publication.publisher")
             self.broker.authorize("publish", p.publisher, f"{p.publisher}/{p.variable}", field="publication.variable")
             var = await self.broker.register_publication(
                 p.publisher, p.variable, t, interval_ms=p.interval_ms, priority=priority_of(p), alert=p.alert,
@@ -135,6 +138,7 @@ class QoSBrokerServicer(ModesServicerMixin, FloodingServicerMixin, CondensationS
     async def UnregisterPublication(self, request: pb.UnregisterPublicationRequest,
                                     context: Any) -> pb.UnregisterPublicationReply:
         async def call() -> pb.UnregisterPublicationReply:
+            self.broker.bind_identity(context, request.publisher, field="publisher")
             n = await self.broker.unregister_publication(f"{request.publisher}/{request.variable}")
             return pb.UnregisterPublicationReply(subscriptions_removed=n)
         return await self._run(context, call)
@@ -147,6 +151,7 @@ class QoSBrokerServicer(ModesServicerMixin, FloodingServicerMixin, CondensationS
             qos = [qos_from_pb(q) for q in s.qos]
             t = type_from_pb(s.type, field="subscription.type")
             try:
+                self.broker.bind_identity(context, s.subscriber, field="subscription.subscriber")
                 self.broker.authorize("subscribe", s.subscriber, s.variable, field="subscription.variable")
                 record = await self.broker.subscribe(s.subscriber, s.variable, t, qos, edge_router=s.edge_router,
                                                      subscription_id=s.subscription_id)
@@ -244,7 +249,7 @@ class QoSBrokerServicer(ModesServicerMixin, FloodingServicerMixin, CondensationS
                                       field="channel.router_b_event_address")
             await self.broker.add_foreign_channel(ForeignChannel(
                 c.router_a, c.router_b, c.cloud_b, c.router_b_id, host, int(port), float(c.bandwidth_bps),
-                c.latency_ms, level=c.level or 2))
+                c.latency_ms, level=c.level or 2, key_hex=wire.check_key(c.key).hex() if c.key else ""))
             return pb.TopologyReply(topology_version=self.broker.state.version)
         return await self._run(context, call)
 

@@ -129,6 +129,9 @@ class ForeignChannel:
     latency_ms: float
     #: Hierarchy level for limited flooding: the height of the broker that registered the channel.
     level: int = 2
+    #: The channel's datagram authentication key (hex), chosen by the broker that registered it
+    #: (``--channel-auth``); "" = unkeyed (docs/security.md).
+    key_hex: str = ""
 
 
 @dataclass(frozen=True)

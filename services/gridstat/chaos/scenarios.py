@@ -1057,6 +1057,25 @@ def broker_stop(seconds: float) -> Outcome:
     return out
 
 
+def _operator_kill(seconds: float) -> Outcome:
+    """chaos.kube_operator (imported here: it builds on this module); needs scripts/k8s-tools.sh."""
+    from .kube_operator import operator_kill
+
+    return operator_kill(seconds)
+
+
+def _netns(name: str) -> Callable[[float], Outcome]:
+    """A scenario of chaos.netns_scenarios (kernel faults between network namespaces; root and
+    scripts/netns-tools.sh), imported when run: it builds on this module."""
+    def go(seconds: float) -> Outcome:
+        from . import netns_scenarios
+
+        fn: Callable[[float], Outcome] = getattr(netns_scenarios, name)
+        return fn(seconds)
+
+    return go
+
+
 #: name -> (function(seconds) -> Outcome, one-line description)
 SCENARIOS: dict[str, tuple[Callable[[float], Outcome], str]] = {
     "path-loss": (path_loss, "redundancy 2, kill -9 a path router: 0 events lost, rebuilt within 2 s"),
@@ -1072,6 +1091,12 @@ SCENARIOS: dict[str, tuple[Callable[[float], Outcome], str]] = {
     "broker-stop": (broker_stop, "SIGSTOP the leaf broker during subscription churn: data flows, calls hit deadlines"),
     "parent-partition": (parent_partition,
                          "SIGSTOP the parent of two clouds: streams lose 0, new inter-cloud calls end at the deadline"),
+    "netns-path-loss": (_netns("path_loss"), "routers in network namespaces, redundancy 2: one veth link cut, then "
+                        "lossy, duplicating, delayed/reordered, rate-limited (kernel): 0 lost, the cut reported"),
+    "netns-degraded-link": (_netns("degraded_link"), "routers in network namespaces, redundancy 1: the path's link "
+                            "loses 50 % (nftables): violation reported within one interval"),
+    "operator-kill": (_operator_kill,
+                      "kill -9 / SIGSTOP the Kubernetes operator during churn: resources settle, streams lose 0"),
 }
 
 

@@ -26,8 +26,8 @@ class Feed:
     """Publishes one event per ``interval_ms`` (aligned timestamps) to an edge router until stopped."""
 
     def __init__(self, edge_port: int, sender: int, variable_id: int, interval_ms: int = 10,
-                 key: bytes = b"") -> None:
-        self.key = key
+                 key: bytes = b"", host: str = "127.0.0.1") -> None:
+        self.key, self.host = key, host
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.edge_port, self.sender, self.variable_id, self.interval_ms = edge_port, sender, variable_id, interval_ms
         self.sent: list[int] = []
@@ -47,7 +47,7 @@ class Feed:
                 if self.key:
                     data = wire.sign_datagram(self.key, data)
                 with contextlib.suppress(OSError):
-                    self.sock.sendto(data, ("127.0.0.1", self.edge_port))
+                    self.sock.sendto(data, (self.host, self.edge_port))
                 self.sent.append(ts)
             time.sleep(0.002)
 

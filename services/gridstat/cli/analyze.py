@@ -4,8 +4,10 @@ Prints, per broker, the expected routing entries, the control messages it sends 
 under identity-based and simple routing, and the notifications on its uplink against
 flooding; then the paper's totals (eqs. 5-14) and the subscription load at which filtering
 stops paying off against flooding (the break-even). ``--plots DIR`` writes PNGs; ``--simulate
-SECONDS`` also runs the discrete-event simulation and prints its estimates beside the model.
-The input schema is in ``docs/analysis.md``. Exit codes: 0 ok, 2 invalid file or options.
+SECONDS`` also runs the discrete-event simulation and prints its estimates beside the model;
+``--live SECONDS`` runs real broker processes instead and compares what they measure
+(``cli.analyze_live``). The input schema is in ``docs/analysis.md``. Exit codes: 0 ok, 2 invalid
+file or options, 1 a live broker failed.
 """
 
 from __future__ import annotations
@@ -29,11 +31,28 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--simulate", metavar="SECONDS", type=float, default=0.0,
                    help="also simulate each class group for SECONDS of model time and compare")
     p.add_argument("--replicas", type=int, default=8, help="simulated classes per group (default 8)")
-    p.add_argument("--seed", type=int, default=1, help="simulation seed (default 1)")
-    p.epilog = "exit codes: 0 ok, 2 invalid topology file or options"
+    p.add_argument("--seed", type=int, default=1, help="simulation (and --live workload) seed (default 1)")
+    live = p.add_argument_group("live run (docs/analysis.md, 'Live run'; compare with spark/model_validation.py)")
+    live.add_argument("--live", metavar="SECONDS", type=float, default=0.0,
+                      help="run one broker process per broker on 127.0.0.1 for SECONDS and measure")
+    live.add_argument("--strategy", choices=["identity", "simple", "flooding"], default="identity",
+                      help="routing of the live brokers (default identity)")
+    live.add_argument("--kafka", metavar="HOST:PORT", default=None,
+                      help="export the brokers' model_broker records to this Kafka")
+    live.add_argument("--time-scale", type=float, default=None,
+                      help="run the workload this many times faster (default: 20 mean lifetimes per run)")
+    live.add_argument("--predictions", metavar="FILE", default=None,
+                      help="write the model's per-broker predictions (and the run id) as JSON for the Spark job")
+    live.add_argument("--tolerance", type=float, default=0.10,
+                      help="relative tolerance of the printed comparison (default 0.10, plus 0.5 absolute)")
+    p.epilog = "exit codes: 0 ok, 2 invalid topology file or options, 1 a --live broker failed"
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.live:
+        from gridstat.cli import analyze_live
+
+        return analyze_live.run(args)
     workload = loading.load_analysis_file(args.topology)
     analysis = model.analyze(workload)
     breaks = _break_evens(workload)

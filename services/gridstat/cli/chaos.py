@@ -1,4 +1,5 @@
-"""``gridstat chaos list|run SCENARIO``: the chaos suite against real processes on 127.0.0.1.
+"""``gridstat chaos list|run SCENARIO``: the chaos suite against real processes on 127.0.0.1 (the
+``netns-*`` scenarios: in network namespaces they create, with kernel faults on veth links; root).
 
 Each scenario starts its own routers, leaf broker (and admission controller), injects one fault
 and prints a table of invariants; the exit status is 0 when every invariant held.
@@ -21,9 +22,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     soak = sub.add_parser("soak", help="one router process under constant load: RSS and drops sampled "
                                        "(bench.soak; 30 minutes for the real figure)")
     soak.add_argument("--minutes", type=float, default=30.0)
-    soak.add_argument("--rate", type=int, default=0, help="offered events/s (default: half the measured saturation)")
+    soak.add_argument("--rate", type=int, default=0,
+                      help="offered events/s (default: half the router saturation headline in docs/benchmarks.md)")
     soak.add_argument("--window-s", type=float, default=10.0, help="seconds per sampled window")
     soak.add_argument("--rss-slack-mb", type=float, default=8.0, help="RSS growth tolerated after the first window")
+    soak.add_argument("--heap-slack-mb", type=float, default=2.0,
+                      help="traced Python heap growth tolerated after the first window")
+    soak.add_argument("--loss-slack-pct", type=float, default=0.1, help="events lost in all tolerated, in %%")
+    soak.add_argument("--tracemalloc", action="store_true",
+                      help="run the router with --tracemalloc and judge its traced Python heap too (tracing "
+                           "slows the router: the default rate is then bench.soak.TRACED_RATE)")
     run.add_argument("--auth", action="store_true",
                      help="authenticated event channels (broker --channel-auth all; the feed signs, subscribers "
                           "verify); adds the invariants that every channel is keyed and nothing legitimate is refused")
@@ -37,8 +45,12 @@ def run(args: argparse.Namespace) -> int:
 
         if not 0.1 <= args.minutes <= 24 * 60 or not 1.0 <= args.window_s <= 600:
             raise ValidationError("--minutes must be 0.1..1440 and --window-s 1..600", field="minutes")
-        result = soaking.run_soak(minutes=args.minutes, rate=args.rate or soaking.DEFAULT_RATE,
-                                  window_s=args.window_s, rss_slack_mb=args.rss_slack_mb,
+        rate, source = (args.rate, "--rate") if args.rate else (
+            (soaking.TRACED_RATE, "the default of a traced router") if args.tracemalloc else soaking.default_rate())
+        print(f"soak: {rate:,} events/s offered ({source})", flush=True)
+        result = soaking.run_soak(minutes=args.minutes, rate=rate, window_s=args.window_s,
+                                  rss_slack_mb=args.rss_slack_mb, heap_slack_mb=args.heap_slack_mb,
+                                  loss_slack_pct=args.loss_slack_pct, tracemalloc=args.tracemalloc,
                                   log=lambda m: print(m, flush=True))
         print()
         print(soaking.report(result))

@@ -29,7 +29,7 @@ from gridstat.core.model import (
     split_variable_name,
 )
 from gridstat.core.protoconv import type_to_pb
-from gridstat.core.tls import TlsFiles
+from gridstat.core.tls import ClientChannel, TlsFiles
 from gridstat.errors import (
     ChannelUnavailable,
     DuplicateName,
@@ -302,14 +302,11 @@ class EdgeSession:
         #: Event channel keys the broker handed out (``--channel-auth all``), by (kind, client name).
         self.channel_keys: dict[tuple[str, str], bytes] = {}
         self.backoff_base_s = backoff_base_s
-        if tls is None:
-            self._channel = grpc.aio.insecure_channel(edge_control, options=_CHANNEL_OPTIONS)
-        else:
-            self._channel = grpc.aio.secure_channel(edge_control, tls.channel_credentials(), options=_CHANNEL_OPTIONS)
-        self._stub = epb_grpc.EdgeProxyStub(self._channel)  # type: ignore[no-untyped-call]
+        #: Follows its certificate files: a renewed client certificate is used without a restart.
+        self._client = ClientChannel(edge_control, tls, _CHANNEL_OPTIONS)
 
     async def close(self) -> None:
-        await self._channel.close()
+        await self._client.close()
 
     async def __aenter__(self) -> EdgeSession:
         return self
@@ -318,7 +315,7 @@ class EdgeSession:
         await self.close()
 
     async def _call(self, method: str, request: Any, *, subscribing: bool = False) -> Any:
-        call: Callable[..., Awaitable[Any]] = getattr(self._stub, method)
+        call: Callable[..., Awaitable[Any]] = getattr(self._client.stub(epb_grpc.EdgeProxyStub), method)
         for attempt in range(1, self.attempts + 1):
             try:
                 return await call(request, timeout=self.timeout_s)

@@ -66,8 +66,9 @@ class Subscriber:
         self.name = name
         self.subscriber_id = subscriber_id
         self.stats = SubscriberStats()
-        #: The event channel key (docs/security.md): with it, events datagrams must carry a valid tag
-        #: and a fresh sequence number (per sending router), or they are dropped as auth_failed/replayed.
+        #: The event channel key (docs/security.md): with it, every datagram (events, mode and shed
+        #: notices) must carry a valid tag and a fresh sequence number (per sending router), or it is
+        #: dropped as auth_failed/replayed.
         self.key = wire.check_key(key) if key is not None else None
         self._replay: dict[int, wire.ReplayWindow] = {}
         self._bind = (host, port)
@@ -309,7 +310,7 @@ class Subscriber:
         stats = self.stats
         stats.datagrams += 1
         key = self.key
-        if key is not None and len(data) >= wire.HEADER_SIZE and data[3] == _KIND_EVENTS:
+        if key is not None:  # events and control datagrams (mode, shed notices) alike
             if not wire.verify_datagram(key, data):
                 stats.drops[_AUTH_FAILED] += 1
                 return

@@ -24,10 +24,15 @@ event when the value is a scalar and there are no options)::
     16 ...  value, then option_count x (u16 kind, u16 window, u32 reserved, f64 value)
 
 Ping and pong carry one u64 (the sender's monotonic ns) as their body, so a
-link's round trip can be measured; they have count 0 and no tag (24 bytes exactly).
+link's round trip can be measured; they have count 0 (24 bytes exactly, 40 with a tag).
+
+Control datagrams (ping, pong, mode and shed notices) sent on a keyed channel carry the same
+16-byte HMAC tag as events (tag_len 16, the tag after the body) and a sequence number from the
+same per-channel counter, and go through the receiver's replay window (docs/security.md); on an
+unkeyed channel they carry no tag (tag_len 0). Any other tag length is malformed.
 
 A mode notice (edge router -> subscriber, dissertation 6.3.2 phases 1 and 5) has
-count 0, no tag and a 16-byte body (32 bytes exactly)::
+count 0 and a 16-byte body (32 bytes exactly, plus the tag on a keyed channel)::
 
     0  u8  phase        1 prepare (newModePreparation), 2 commit (newMode), 3 abort
     1  u8  mode         the new mode (prepare, commit) or the kept one (abort)
@@ -38,7 +43,8 @@ count 0, no tag and a 16-byte body (32 bytes exactly)::
 
 A shed notice (router -> downstream router or subscriber, docs/overload.md) tells the receiver that
 overload handling stopped or thinned some variables' streams; ``count`` is the number of entries,
-no tag, and the body is 8 bytes then ``count`` entries of 8 bytes (24 + 8 * count bytes exactly)::
+and the body is 8 bytes then ``count`` entries of 8 bytes (24 + 8 * count bytes exactly, plus the tag
+on a keyed channel)::
 
     0  u8  reason       1 cpu_overload (a route shed by the router), 2 link_overload (events shed
                         from a shaped channel's queue)
@@ -457,16 +463,25 @@ def pack_events(
 
 # -- decoding ---------------------------------------------------------------
 
+#: Tag lengths a control datagram may carry: none (unkeyed channel) or the HMAC tag (keyed channel).
+_CONTROL_TAGS = (0, AUTH_TAG_LEN)
+
+
+def is_ping(nbytes: int, count: int, tag_len: int) -> bool:
+    """Whether a datagram of kind ``KIND_PING``/``KIND_PONG`` is well formed."""
+    return count == 0 and tag_len in _CONTROL_TAGS and nbytes - tag_len == HEADER_SIZE + PING_BODY.size
+
+
 def is_mode_notice(data: bytes | bytearray | memoryview, nbytes: int, count: int, tag_len: int) -> bool:
     """Whether a datagram of kind ``KIND_MODE`` is well formed (the one rule for every receiver)."""
-    return (count == 0 and tag_len == 0 and nbytes == HEADER_SIZE + MODE_BODY.size
+    return (count == 0 and tag_len in _CONTROL_TAGS and nbytes - tag_len == HEADER_SIZE + MODE_BODY.size
             and data[HEADER_SIZE] in (MODE_PREPARE, MODE_COMMIT, MODE_ABORT))
 
 
 def is_shed_notice(data: bytes | bytearray | memoryview, nbytes: int, count: int, tag_len: int) -> bool:
     """Whether a datagram of kind ``KIND_SHED`` is well formed (the one rule for every receiver)."""
-    return (0 < count <= MAX_SHED_ENTRIES and tag_len == 0
-            and nbytes == HEADER_SIZE + SHED_BODY.size + SHED_ENTRY.size * count
+    return (0 < count <= MAX_SHED_ENTRIES and tag_len in _CONTROL_TAGS
+            and nbytes - tag_len == HEADER_SIZE + SHED_BODY.size + SHED_ENTRY.size * count
             and data[HEADER_SIZE] in SHED_REASONS and data[HEADER_SIZE + 1] in SHED_ACTIONS
             and data[HEADER_SIZE + 2] <= MAX_SHED_HOPS)
 
@@ -493,20 +508,21 @@ def check_header(data: bytes | bytearray | memoryview, nbytes: int) -> tuple[int
         if body_end < HEADER_SIZE:
             raise DecodeError(DropReason.TRUNCATED, f"tag of {tag_len} bytes overlaps the header")
     elif kind in (KIND_PING, KIND_PONG):
-        if count != 0 or tag_len != 0 or nbytes != HEADER_SIZE + PING_BODY.size:
-            raise DecodeError(DropReason.MALFORMED,
-                              "ping/pong must carry exactly one u64, no events and no tag")
-        body_end = nbytes
+        if not is_ping(nbytes, count, tag_len):
+            raise DecodeError(DropReason.MALFORMED, "ping/pong must carry exactly one u64, no events and no tag "
+                                                    f"or a {AUTH_TAG_LEN}-byte one")
+        body_end = nbytes - tag_len
     elif kind == KIND_MODE:
         if not is_mode_notice(data, nbytes, count, tag_len):
             raise DecodeError(DropReason.MALFORMED, "mode notice must carry exactly a 16-byte body with a known "
-                                                    "phase, no events and no tag")
-        body_end = nbytes
+                                                    f"phase, no events and no tag or a {AUTH_TAG_LEN}-byte one")
+        body_end = nbytes - tag_len
     elif kind == KIND_SHED:
         if not is_shed_notice(data, nbytes, count, tag_len):
             raise DecodeError(DropReason.MALFORMED, "shed notice must carry an 8-byte body and count 8-byte entries "
-                                                    f"(1..{MAX_SHED_ENTRIES}), a known reason and action, no tag")
-        body_end = nbytes
+                                                    f"(1..{MAX_SHED_ENTRIES}), a known reason and action, no tag "
+                                                    f"or a {AUTH_TAG_LEN}-byte one")
+        body_end = nbytes - tag_len
     else:
         raise DecodeError(DropReason.BAD_KIND, f"unknown datagram kind {kind}")
     return kind, sender, seq, count, body_end
@@ -520,12 +536,12 @@ def decode_datagram(data: bytes | bytearray | memoryview, nbytes: int | None = N
     tag = bytes(data[body_end:nbytes])
     if kind == KIND_MODE:
         phase, mode, previous, _r, change_id = MODE_BODY.unpack_from(data, HEADER_SIZE)
-        return Datagram(kind, sender, seq, mode_notice=(phase, mode, previous, change_id))
+        return Datagram(kind, sender, seq, mode_notice=(phase, mode, previous, change_id), tag=tag)
     if kind == KIND_SHED:
         reason, action, hops, _r = SHED_BODY.unpack_from(data, HEADER_SIZE)
         off = HEADER_SIZE + SHED_BODY.size
         entries = tuple(SHED_ENTRY.unpack_from(data, off + i * SHED_ENTRY.size) for i in range(count))
-        return Datagram(kind, sender, seq, shed_notice=ShedNotice(reason, action, entries, hops))
+        return Datagram(kind, sender, seq, shed_notice=ShedNotice(reason, action, entries, hops), tag=tag)
     if kind != KIND_EVENTS:
         return Datagram(kind, sender, seq, ping_ns=PING_BODY.unpack_from(data, HEADER_SIZE)[0], tag=tag)
     events = []

@@ -21,6 +21,8 @@ loop is the same for both kinds of channel and an unshaped one pays nothing.
 from __future__ import annotations
 
 import enum
+import struct
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -37,8 +39,14 @@ _MAGIC = wire.MAGIC
 _VERSION = wire.WIRE_VERSION
 _KIND_EVENTS = wire.KIND_EVENTS
 _HEADER_SIZE = wire.HEADER_SIZE
+_SEQ_PACK = struct.Struct(">I").pack
 
 SendTo = Callable[[bytes, tuple[str, int]], object]
+
+
+def initial_sequence() -> int:
+    """The sequence number a router channel starts after: the wall clock in units of 250 us, mod 2**32."""
+    return (time.time_ns() // 250_000) & 0xFFFF_FFFF
 
 
 class ChannelKind(enum.Enum):
@@ -127,7 +135,10 @@ class EventChannel:
         self.flood_all = flood_all
         self.queues = tuple(PriorityQueue(self, p) for p in PRIORITIES)
         self.stats = ChannelStats()
-        self.sequence = 0
+        # A router channel numbers its datagrams on from the wall clock (4 per ms), so a restarted
+        # router's numbers are newer than its previous run's and its peer's replay window takes them
+        # without being reset by a broker (an inter-cloud peer is in another cloud: docs/security.md).
+        self.sequence = initial_sequence() if kind is ChannelKind.ROUTER else 0
         self.up = True
         self.last_heard_ms = 0
         self.rtt_ms = 0.0
@@ -207,6 +218,16 @@ class EventChannel:
         """Set (rotate) or clear the channel key; the replay window starts afresh."""
         self.key = wire.check_key(key) if key is not None else None
         self.replay.reset()
+
+    def sign_control(self, datagram: bytes) -> bytes:
+        """A control datagram (ping, pong, mode or shed notice) as sent on this channel: on a keyed
+        channel it takes the next sequence number and the HMAC tag, so the receiver authenticates it
+        and its replay window covers it (docs/security.md); unchanged on an unkeyed channel."""
+        key = self.key
+        if key is None:
+            return datagram
+        seq = self.sequence = (self.sequence + 1) & 0xFFFF_FFFF
+        return wire.sign_datagram(key, b"".join((datagram[:8], _SEQ_PACK(seq), datagram[12:])))
 
     def flush(self, sendto: SendTo) -> bool:
         """Send everything queued, packed up to the MTU, alerts first.

@@ -200,9 +200,20 @@ class CondensationSlot:
         try:
             events = [wire.encode_event(wire.Event(o.timestamp_ms, vid, wire.encode_value(self._output_type, o.value),
                                                    self._flags)) for o in outputs]
+            # On a keyed output channel (``--channel-auth all``) the datagram is signed with that channel's
+            # key and numbered from the channel's own counter (which outlives a replaced slot), so the
+            # forwarder authenticates it like a publisher's, and a forger using the output publisher's
+            # sender id from the network is dropped as auth_failed.
+            inbound = self._host.forwarder.by_sender.get(setup.output_sender_id)
+            key = inbound.key if inbound is not None else None
             for batch in wire.pack_events(events, mtu=wire.MAX_DATAGRAM):
-                self._sequence = (self._sequence + 1) & 0xFFFF_FFFF
-                self._host.inject(wire.encode_datagram(setup.output_sender_id, self._sequence, batch))
+                if key is None or inbound is None:
+                    self._sequence = (self._sequence + 1) & 0xFFFF_FFFF
+                    self._host.inject(wire.encode_datagram(setup.output_sender_id, self._sequence, batch))
+                else:
+                    inbound.sequence = (inbound.sequence + 1) & 0xFFFF_FFFF
+                    self._host.inject(wire.sign_datagram(
+                        key, wire.encode_datagram(setup.output_sender_id, inbound.sequence, batch)))
         except Exception as exc:  # never let a bad output stop the router; report it in the status
             log.exception("condensation function %s: publishing its output failed", setup.function_id)
             self.function.counters.last_error = f"publishing the output failed: {type(exc).__name__}: {exc}"

@@ -8,7 +8,9 @@ the offending field in trailing metadata (``gridstat-reason``, ``gridstat-field`
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
+import tracemalloc
 from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
@@ -208,6 +210,10 @@ class RouterControlServicer(pb_grpc.RouterControlServicer):
         s = self.router.stats()
         channels = [pb.ChannelStats(**c) for c in s.pop("channels")]
         condensations = [cpb.CondensationStatus(**c) for c in s.pop("condensations", ())]
+        if tracemalloc.is_tracing():  # router --tracemalloc (soaks); read here, never on the data path
+            s["traced_current_bytes"], s["traced_peak_bytes"] = tracemalloc.get_traced_memory()
+            s["tracemalloc"] = True
+        s["python_allocated_blocks"] = sys.getallocatedblocks()
         return pb.RouterStats(channels=channels, condensations=condensations, **s)
 
     async def SetupCondensation(self, request: cpb.CondensationSetup, context: Any) -> pb.SetupCondensationReply:

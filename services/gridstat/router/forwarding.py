@@ -95,9 +95,11 @@ class Forwarder:
             self.drops[_R_SENDER] += 1
             return
         key = channel.key
-        if key is not None and kind == _KIND_EVENTS:
+        if key is not None:
             # Authenticated channel: the tag first (nothing of the body is read before it verifies),
             # then the sequence number against the replay window (only a verified one moves it).
+            # Control datagrams too (pings, pongs, shed notices): a forged ping must not keep a dead
+            # link alive, nor a replayed one; an unkeyed channel pays nothing more for this.
             if not _VERIFY(key, data):
                 self.drops[_R_AUTH] += 1
                 return
@@ -106,8 +108,7 @@ class Forwarder:
                 return
         channel.last_heard_ms = now_ms
         if kind != _KIND_EVENTS:
-            if kind in (wire.KIND_PING, wire.KIND_PONG) and count == 0 and tag_len == 0 \
-                    and nbytes == _HEADER_SIZE + wire.PING_BODY.size:
+            if kind in (wire.KIND_PING, wire.KIND_PONG) and wire.is_ping(nbytes, count, tag_len):
                 if self.on_control is not None:
                     self.on_control(kind, channel, data)
             elif kind in (wire.KIND_PING, wire.KIND_PONG):

@@ -14,7 +14,9 @@ import gc
 import logging
 import signal
 import sys
+import tracemalloc
 
+from gridstat.core import grpclog
 from gridstat.core.aio import exit_with_parent, install_fast_loop
 from gridstat.core.tls import TlsFiles
 from gridstat.errors import ValidationError
@@ -40,6 +42,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--queue-capacity", type=int, default=4096, help="queued events per channel before drops")
     p.add_argument("--drain-batch", type=int, default=256,
                    help="most datagrams read per wake-up before the event loop runs other work")
+    p.add_argument("--busy-poll-us", type=int, default=0,
+                   help="poll the socket this long after it runs dry before sleeping (0: off)")
     p.add_argument("--ping-interval-ms", type=int, default=100)
     p.add_argument("--failure-timeout-ms", type=int, default=500)
     p.add_argument("--future-tolerance-ms", type=int, default=5000,
@@ -83,6 +87,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--exit-with-parent", action="store_true",
                    help="stop when the parent process dies (for supervisors such as 'gridstat up')")
     p.add_argument("--no-uvloop", action="store_true", help="use the default asyncio loop")
+    p.add_argument("--tracemalloc", action="store_true",
+                   help="trace the Python heap (tracemalloc) and report it in GetStats; for soaks only: "
+                        "every allocation gets slower")
     p.add_argument("--log-level", default="WARNING")
     telemetry.add_arguments(p)
 
@@ -92,7 +99,7 @@ async def _run(args: argparse.Namespace) -> None:
         name=args.name, router_id=args.router_id, role=Role.parse(args.role), variant=Variant.parse(args.variant),
         host=args.host, port=args.port, mtu=args.mtu, queue_capacity=args.queue_capacity,
         ping_interval_ms=args.ping_interval_ms, failure_timeout_ms=args.failure_timeout_ms,
-        future_tolerance_ms=args.future_tolerance_ms, drain_batch=args.drain_batch,
+        future_tolerance_ms=args.future_tolerance_ms, drain_batch=args.drain_batch, busy_poll_us=args.busy_poll_us,
         flood_tolerance_ms=args.flood_tolerance_ms, flood_reset_ms=args.flood_reset_ms,
         overload=OverloadConfig(enabled=args.overload_shedding, weight=args.overload_weight,
                                 drop_load=args.overload_drop_load, reintegrate_load=args.overload_reintegrate_load,
@@ -107,6 +114,7 @@ async def _run(args: argparse.Namespace) -> None:
         if not (args.tls_cert and args.tls_key):
             raise ValidationError("--tls-cert and --tls-key go together", field="tls_key")
         tls = TlsFiles(args.tls_cert, args.tls_key, args.tls_client_ca)
+        grpclog.tap_stderr()  # refused TLS handshakes -> gridstat_tls_handshakes_refused_total
     elif args.tls_client_ca:
         raise ValidationError("--tls-client-ca needs --tls-cert and --tls-key", field="tls_cert")
     proxy = _proxy(args, config)
@@ -168,6 +176,8 @@ def run(args: argparse.Namespace) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.exit_with_parent:
         exit_with_parent()
+    if args.tracemalloc:
+        tracemalloc.start()
     if not args.no_uvloop:
         install_fast_loop()
     asyncio.run(_run(args))

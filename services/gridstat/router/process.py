@@ -82,6 +82,8 @@ class RouterConfig:
     flood_reset_ms: int = flooding.DEFAULT_RESET_INTERVAL_MS
     socket_buffer_bytes: int = 4 * 1024 * 1024
     drain_batch: int = 256
+    #: After the socket runs dry, poll it this long before sleeping (0: sleep at once).
+    busy_poll_us: int = 0
     #: Router CPU overload handling (HAPS link shedding); disabled by default, the load is estimated anyway.
     overload: shedding.OverloadConfig = field(default_factory=shedding.OverloadConfig)
     #: Channels shaped as soon as they are added (``--shape NAME=BPS``), by channel name.
@@ -98,6 +100,8 @@ class RouterConfig:
             raise ValidationError("future_tolerance_ms must not be negative", field="future_tolerance_ms")
         if self.notice_interval_ms <= 0:
             raise ValidationError("notice_interval_ms must be positive", field="notice_interval_ms")
+        if not 0 <= self.busy_poll_us <= 10_000:
+            raise ValidationError(f"busy_poll_us {self.busy_poll_us} is outside 0..10000", field="busy_poll_us")
 
 
 @dataclass(frozen=True)
@@ -157,6 +161,8 @@ class StatusRouter:
         self._shaped: list[EventChannel] = []
         self._shaper_timers: dict[str, asyncio.TimerHandle] = {}
         self._busy_ns = 0
+        self._spun_ns = 0
+        self._busy_poll_ns = config.busy_poll_us * 1000
         self.shedder = shedding.LinkShedder(self.table, config.overload,
                                             channels=lambda: self.channels.keys())
         self._tick_at = time.monotonic()
@@ -237,11 +243,33 @@ class StatusRouter:
         # first events back until the whole batch is read (measured: -25..30 % p50 under bursts).
         start = clock()
         due = start + FLUSH_BUDGET_NS
+        spin_ns = self._busy_poll_ns
+        spun = 0
         for _ in range(self.config.drain_batch):
             try:
                 data = recv(65536)
             except BlockingIOError:
-                break
+                if not spin_ns:
+                    break
+                # Busy poll (docs/benchmarks.md, "busy polling"): the socket is empty, so send what
+                # is queued, then poll the socket for up to busy_poll_us before sleeping: in a VM a
+                # sleep and wake-up costs more CPU than the poll, and adds its latency to the next event.
+                self.flush()
+                t0 = t = clock()
+                idle_until = t0 + spin_ns
+                polled: bytes | None = None
+                while t < idle_until:
+                    try:
+                        polled = recv(65536)
+                        break
+                    except BlockingIOError:
+                        t = clock()
+                spun += clock() - t0
+                if polled is None:
+                    break
+                data = polled
+                now_ms = time.time_ns() // 1_000_000
+                due = clock() + FLUSH_BUDGET_NS
             except OSError:
                 # ICMP errors surface here on Linux (ECONNREFUSED from an earlier send); keep draining.
                 self.drops[DropReason.SEND_ERROR.value] += 1
@@ -252,7 +280,8 @@ class StatusRouter:
                 self.flush()
                 due = t + FLUSH_BUDGET_NS
         self.flush()
-        self._busy_ns += clock() - start  # the load estimate's input (router.shedding)
+        self._spun_ns += spun
+        self._busy_ns += clock() - start - spun  # the load estimate's input (router.shedding)
 
     def flush(self) -> None:
         sendto = self._sendto
@@ -372,7 +401,7 @@ class StatusRouter:
                                            hops=hops)
         for data in notices:  # control traffic, like liveness pings: outside a shaped channel's token bucket
             try:
-                self._sendto(data, ch.address)
+                self._sendto(ch.sign_control(data), ch.address)
             except OSError:
                 ch.stats.drops[DropReason.SEND_ERROR.value] += 1
         self.notices[f"{wire.SHED_REASONS[reason]}/{wire.SHED_ACTIONS[action]}"] += len(notices)
@@ -401,8 +430,8 @@ class StatusRouter:
         if channel.kind is ChannelKind.ROUTER and not channel.up:
             self._set_link(channel, True)
         if kind == wire.KIND_PING and channel.address is not None:
-            body = data[wire.HEADER_SIZE:]
-            pong = wire.encode_header(wire.KIND_PONG, self.config.router_id, 0, 0) + body
+            body = data[wire.HEADER_SIZE:wire.HEADER_SIZE + wire.PING_BODY.size]
+            pong = channel.sign_control(wire.encode_header(wire.KIND_PONG, self.config.router_id, 0, 0) + body)
             try:
                 self._sendto(pong, channel.address)
             except OSError:
@@ -424,7 +453,7 @@ class StatusRouter:
             for ch in list(self.channels.values()):
                 if ch.kind is not ChannelKind.ROUTER or ch.address is None:
                     continue
-                ping = wire.encode_ping(wire.KIND_PING, self.config.router_id, 0, time.monotonic_ns())
+                ping = ch.sign_control(wire.encode_ping(wire.KIND_PING, self.config.router_id, 0, time.monotonic_ns()))
                 try:
                     self._sendto(ping, ch.address)
                 except OSError:
@@ -626,7 +655,7 @@ class StatusRouter:
             told += 1
             for _ in range(2):
                 try:
-                    self._sendto(data, ch.address)
+                    self._sendto(ch.sign_control(data), ch.address)  # signed on a keyed channel, each copy
                 except OSError:
                     ch.stats.drops[DropReason.SEND_ERROR.value] += 1
         return told

@@ -20,7 +20,7 @@ from typing import Any
 
 import grpc
 
-from gridstat.core.tls import TlsFiles
+from gridstat.core.tls import ANONYMOUS, IDENTITY_KEY, ClientChannel, TlsFiles, peer_identities
 from gridstat.errors import ValidationError
 from gridstat.v1 import broker_pb2 as bpb
 from gridstat.v1 import broker_pb2_grpc as bpb_grpc
@@ -80,18 +80,13 @@ class EdgeProxyServicer(epb_grpc.EdgeProxyServicer):
         self.relayed = 0
         self.retries = 0
         self.failed = 0
-        if tls is None:
-            self._channel = grpc.aio.insecure_channel(broker_address, options=CHANNEL_OPTIONS)
-        else:
-            try:
-                credentials = tls.channel_credentials()
-            except ValidationError as exc:  # name the router's own option: --broker-tls-*
-                raise ValidationError(f"broker {exc.args[0]}", field=f"broker_{exc.field}") from exc
-            self._channel = grpc.aio.secure_channel(broker_address, credentials, options=CHANNEL_OPTIONS)
-        self._stub = bpb_grpc.QoSBrokerStub(self._channel)  # type: ignore[no-untyped-call]
+        try:  # follows its certificate files: a renewed certificate is used without a restart
+            self._client = ClientChannel(broker_address, tls, CHANNEL_OPTIONS)
+        except ValidationError as exc:  # name the router's own option: --broker-tls-*
+            raise ValidationError(f"broker {exc.args[0]}", field=f"broker_{exc.field}") from exc
 
     async def close(self) -> None:
-        await self._channel.close()
+        await self._client.close()
 
     # -- the relay ---------------------------------------------------------------------------------
     def _deadline(self, context: Any) -> float:
@@ -106,11 +101,14 @@ class EdgeProxyServicer(epb_grpc.EdgeProxyServicer):
         return self.deadline_s
 
     async def _relay(self, method: str, request: Any, context: Any) -> Any:
-        call: Callable[..., Awaitable[Any]] = getattr(self._stub, method)
+        call: Callable[..., Awaitable[Any]] = getattr(self._client.stub(bpb_grpc.QoSBrokerStub), method)
         last: grpc.aio.AioRpcError | None = None
+        # The client's verified certificate identities (mTLS at this proxy), for the broker to bind the
+        # request's client name to (broker.authz.IdentityBinding); nothing without a client certificate.
+        metadata = tuple((IDENTITY_KEY, i) for i in peer_identities(context)) or ((IDENTITY_KEY, ANONYMOUS),)
         for attempt in range(1, self.attempts + 1):
             try:
-                reply = await call(request, timeout=self._deadline(context))
+                reply = await call(request, timeout=self._deadline(context), metadata=metadata)
             except grpc.aio.AioRpcError as exc:
                 last = exc
                 if exc.code() is grpc.StatusCode.UNAVAILABLE and attempt < self.attempts:

@@ -344,3 +344,19 @@ class ExporterCollector(_Base):
             c = _counter(name, doc, labels)
             c.add_metric(lv, value)
             yield c
+
+
+class TlsRefusalsCollector(_Base):
+    """``gridstat_tls_handshakes_refused_total``: connections gRPC refused in the TLS handshake (no or an
+    untrusted client certificate, plaintext to a TLS port), counted by ``core.grpclog``'s stderr tap."""
+
+    def __init__(self, role: str, source: str, counts: Callable[[], Mapping[str, int]]) -> None:
+        self.role, self.source = role, source
+        self._counts = counts
+
+    def collect(self) -> Iterator[Metric]:
+        refused = _counter("gridstat_tls_handshakes_refused_total",
+                           "gRPC connections refused in the TLS handshake, by reason", ["role", "source", "reason"])
+        for reason, n in sorted(self._counts().items()):
+            refused.add_metric([self.role, self.source, reason], float(n))
+        yield refused

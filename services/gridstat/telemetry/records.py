@@ -43,6 +43,7 @@ class Topics:
     gaps: str = "gridstat.telemetry.gaps"
     measurements: str = "gridstat.archive.measurements"
     alerts: str = "gridstat.alerts.qos"
+    model_brokers: str = "gridstat.telemetry.model_brokers"
 
 
 TOPICS = Topics()
@@ -57,6 +58,7 @@ KINDS: dict[str, tuple[str, str]] = {
     "gap": ("gridstat.telemetry.gap", TOPICS.gaps),
     "measurement": ("gridstat.archive.measurement", TOPICS.measurements),
     "qos_alert": ("gridstat.alerts.qos_violation", TOPICS.alerts),
+    "model_broker": ("gridstat.telemetry.model_broker", TOPICS.model_brokers),
 }
 
 
@@ -161,3 +163,17 @@ def measurement(*, variable: str, variable_id: int, event_ts_ms: int, value: Any
             "variable_id": variable_id, "event_ts_ms": event_ts_ms, "value": value, "value_num": num,
             "value_type": value_type, "received_ms": received_ms, "latency_ms": received_ms - event_ts_ms,
             "interval_ms": interval_ms, "extrapolated": extrapolated}
+
+
+def model_broker(*, run: str, strategy: str, broker: str, parent: str | None, depth: int, time_scale: float,
+                 period_ms: int, entries: int, entries_avg: float, local_subscriptions_avg: float, control_sent: int,
+                 control_received: int, notifications_sent: int, notifications_received: int,
+                 notifications_published: int, subscriptions_started: int,
+                 ts_ms: int | None = None) -> dict[str, Any]:
+    """One sampling period of a broker of a live run of the capacity model (``gridstat analyze --live``)."""
+    return {**_head("model_broker", ts_ms), "run": run, "strategy": strategy, "broker": broker, "parent": parent,
+            "depth": depth, "time_scale": finite(time_scale), "period_ms": period_ms, "entries": entries,
+            "entries_avg": finite(entries_avg), "local_subscriptions_avg": finite(local_subscriptions_avg),
+            "control_sent": control_sent, "control_received": control_received,
+            "notifications_sent": notifications_sent, "notifications_received": notifications_received,
+            "notifications_published": notifications_published, "subscriptions_started": subscriptions_started}

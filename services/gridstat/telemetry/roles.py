@@ -25,6 +25,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from gridstat.core import grpclog
+
 from . import metrics
 from .exporting import ExporterConfig, TelemetryExporter
 from .recording import BrokerRecorder
@@ -65,6 +67,7 @@ class RoleTelemetry:
                 bootstrap=kafka, role=role, source=name, buffer_records=buffer_records, compression=compression))
             self.reporter = Reporter(self.exporter, interval_s=interval_ms / 1000)
         self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(metrics.TlsRefusalsCollector(role, name, grpclog.refused))
         self.server = MetricsServer(self.registry, metrics_host, metrics_port) if metrics_port >= 0 else None
         if self.exporter is not None:
             exp = self.exporter

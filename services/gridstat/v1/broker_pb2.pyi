@@ -977,6 +977,7 @@ class InterCloudChannel(_message.Message):
     ROUTER_B_EVENT_ADDRESS_FIELD_NUMBER: _builtins.int
     ROUTER_B_ID_FIELD_NUMBER: _builtins.int
     LEVEL_FIELD_NUMBER: _builtins.int
+    KEY_FIELD_NUMBER: _builtins.int
     cloud_a: _builtins.str
     router_a: _builtins.str
     """a border router of cloud_a"""
@@ -993,6 +994,11 @@ class InterCloudChannel(_message.Message):
     """Hierarchy level of the channel for limited flooding: the height of the broker that registered
     it (the lowest common ancestor of its clouds). Set by that broker; 0 = 2 (a parent of leaves).
     """
+    key: _builtins.bytes
+    """Datagram authentication key of the channel (both directions), chosen at random by the broker that
+    registers it when that broker runs with --channel-auth; sent only to the two leaves (over mTLS),
+    which hand it to their border routers. Empty = unkeyed. Never returned by GetTopology.
+    """
     def __init__(
         self,
         *,
@@ -1005,10 +1011,11 @@ class InterCloudChannel(_message.Message):
         router_b_event_address: _builtins.str = ...,
         router_b_id: _builtins.int = ...,
         level: _builtins.int = ...,
+        key: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bandwidth_bps", b"bandwidth_bps", "cloud_a", b"cloud_a", "cloud_b", b"cloud_b", "latency_ms", b"latency_ms", "level", b"level", "router_a", b"router_a", "router_b", b"router_b", "router_b_event_address", b"router_b_event_address", "router_b_id", b"router_b_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bandwidth_bps", b"bandwidth_bps", "cloud_a", b"cloud_a", "cloud_b", b"cloud_b", "key", b"key", "latency_ms", b"latency_ms", "level", b"level", "router_a", b"router_a", "router_b", b"router_b", "router_b_event_address", b"router_b_event_address", "router_b_id", b"router_b_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -946,6 +946,10 @@ class RouterStats(_message.Message):
     SHED_GAIN_FIELD_NUMBER: _builtins.int
     SHEDS_FIELD_NUMBER: _builtins.int
     REVENUE_FIELD_NUMBER: _builtins.int
+    TRACEMALLOC_FIELD_NUMBER: _builtins.int
+    TRACED_CURRENT_BYTES_FIELD_NUMBER: _builtins.int
+    TRACED_PEAK_BYTES_FIELD_NUMBER: _builtins.int
+    PYTHON_ALLOCATED_BLOCKS_FIELD_NUMBER: _builtins.int
     router: _builtins.str
     router_id: _builtins.int
     role: _builtins.str
@@ -976,6 +980,16 @@ class RouterStats(_message.Message):
     """Eq. 5's G_l1 now"""
     revenue: _builtins.float
     """Eq. 10 charges on shaped channels"""
+    tracemalloc: _builtins.bool
+    """Opt-in (router --tracemalloc, for soaks): the Python heap as tracemalloc traces it, in bytes;
+    all zero/false when the router runs without it (the default: tracing slows every allocation).
+    """
+    traced_current_bytes: _builtins.int
+    traced_peak_bytes: _builtins.int
+    python_allocated_blocks: _builtins.int
+    """Always: memory blocks the Python allocator holds (sys.getallocatedblocks()), the cheap heap gauge a
+    soak at full rate judges flat (every leaked object is at least one block).
+    """
     @_builtins.property
     def drops(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
         """router-level drops by reason (malformed, unknown_variable, ...)"""
@@ -1015,10 +1029,14 @@ class RouterStats(_message.Message):
         shed_gain: _builtins.float = ...,
         sheds: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
         revenue: _builtins.float = ...,
+        tracemalloc: _builtins.bool = ...,
+        traced_current_bytes: _builtins.int = ...,
+        traced_peak_bytes: _builtins.int = ...,
+        python_allocated_blocks: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["boot_id", b"boot_id", "channels", b"channels", "condensations", b"condensations", "cpu_seconds", b"cpu_seconds", "current_mode", b"current_mode", "datagrams_in", b"datagrams_in", "drops", b"drops", "events_filtered", b"events_filtered", "events_forwarded", b"events_forwarded", "events_in", b"events_in", "flooded_variables", b"flooded_variables", "load", b"load", "processing_delay_us", b"processing_delay_us", "revenue", b"revenue", "role", b"role", "router", b"router", "router_id", b"router_id", "shed_gain", b"shed_gain", "shed_units", b"shed_units", "shedding_timeout_s", b"shedding_timeout_s", "sheds", b"sheds", "table_version", b"table_version", "uptime_s", b"uptime_s", "variant", b"variant"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["boot_id", b"boot_id", "channels", b"channels", "condensations", b"condensations", "cpu_seconds", b"cpu_seconds", "current_mode", b"current_mode", "datagrams_in", b"datagrams_in", "drops", b"drops", "events_filtered", b"events_filtered", "events_forwarded", b"events_forwarded", "events_in", b"events_in", "flooded_variables", b"flooded_variables", "load", b"load", "processing_delay_us", b"processing_delay_us", "python_allocated_blocks", b"python_allocated_blocks", "revenue", b"revenue", "role", b"role", "router", b"router", "router_id", b"router_id", "shed_gain", b"shed_gain", "shed_units", b"shed_units", "shedding_timeout_s", b"shedding_timeout_s", "sheds", b"sheds", "table_version", b"table_version", "traced_current_bytes", b"traced_current_bytes", "traced_peak_bytes", b"traced_peak_bytes", "tracemalloc", b"tracemalloc", "uptime_s", b"uptime_s", "variant", b"variant"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

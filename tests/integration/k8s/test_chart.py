@@ -171,7 +171,8 @@ def test_tls_channel_auth_and_policy_render_flags_and_mounts(tools: dict[str, st
         for flag in (f"--tls-cert={tls}tls.crt", f"--tls-key={tls}tls.key", f"--tls-client-ca={tls}ca.crt",
                      f"--router-tls-ca={tls}ca.crt", f"--peer-tls-ca={tls}ca.crt", "--channel-auth=all",
                      "--channel-key-file=/etc/gridstat/channel-key/channel-key",
-                     "--policy=/etc/gridstat/policy/policy.yaml"):
+                     "--policy=/etc/gridstat/policy/policy.yaml", "--trusted-proxy=gridstat",
+                     "--trusted-proxy=gridstat-*"):
             assert flag in broker["args"], (cloud, flag, a)
         secret_mounted(f"rel-gridstat-broker-{cloud}", broker, "tls", "gridstat-tls", "/etc/gridstat/tls")
         secret_mounted(f"rel-gridstat-broker-{cloud}", broker, "channel-key", "gridstat-channel-key",
@@ -191,7 +192,10 @@ def test_tls_channel_auth_and_policy_render_flags_and_mounts(tools: dict[str, st
     parent = container("rel-gridstat-parent", "parent")
     for flag in (f"--tls-cert={tls}tls.crt", f"--tls-client-ca={tls}ca.crt", f"--peer-tls-ca={tls}ca.crt"):
         assert flag in parent["args"], flag
-    assert not any(a.startswith(("--channel-auth", "--policy")) for a in parent["args"])  # leaf-only flags
+    assert not any(a.startswith(("--channel-key-file", "--policy", "--trusted-proxy"))
+                   for a in parent["args"])  # leaf-only flags
+    # Inter-cloud channels are keyed by the parent (a random key per channel, sent to both leaves).
+    assert "--channel-auth=routers" in parent["args"]
     secret_mounted("rel-gridstat-parent", parent, "tls", "gridstat-tls", "/etc/gridstat/tls")
     host = container("rel-gridstat-condensation-host", "condensation-host")
     assert f"--tls-ca={tls}ca.crt" in host["args"] and f"--tls-cert={tls}tls.crt" in host["args"]

@@ -1,0 +1,123 @@
+"""Authorization trusts the mTLS client certificate, not the client name in the request (issue 9):
+real processes, a leaf broker with --tls-client-ca and --policy, two edge routers whose proxies
+verify the clients' certificates (CN = client name, scripts/gen-certs.sh) and relay the identity.
+A client allowed by the policy is admitted; one the policy refuses is refused; one whose
+certificate says ``rogue`` but who declares ``pmu1`` is refused as Unauthorized naming the field,
+through the edge proxy and directly at the broker."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import grpc
+import pytest
+
+from gridstat.chaos.procs import Broker, Router, wait_for
+from gridstat.client import Publisher, Subscriber
+from gridstat.core.model import FLOAT
+from gridstat.core.tls import TlsFiles
+from gridstat.errors import GridStatError
+from gridstat.v1 import broker_pb2 as bpb
+from gridstat.v1 import broker_pb2_grpc as bpb_grpc
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+
+POLICY = """
+default: deny
+publish:
+  - clients: [pmu1]
+    variables: ["pmu1/*"]
+  - clients: [rogue]
+    variables: ["rogue/*"]
+subscribe:
+  - clients: [ems]
+    variables: ["pmu1/*"]
+  - clients: [rogue]
+    variables: ["rogue/*"]
+"""
+
+
+def tls_args(certs: Path, role: str) -> tuple[str, ...]:
+    return ("--tls-cert", str(certs / f"{role}.pem"), "--tls-key", str(certs / f"{role}.key"),
+            "--tls-client-ca", str(certs / "ca.pem"))
+
+
+def client_tls(certs: Path, name: str) -> TlsFiles:
+    return TlsFiles(str(certs / f"{name}.pem"), str(certs / f"{name}.key"), str(certs / "ca.pem"))
+
+
+async def test_the_policy_is_evaluated_against_the_client_certificate(tmp_path: Path) -> None:
+    certs = tmp_path / "certs"
+    subprocess.run([str(ROOT / "scripts/gen-certs.sh"), str(certs), "router", "broker", "admin", "pmu1", "ems",
+                    "rogue"], check=True, capture_output=True)
+    ca = str(certs / "ca.pem")
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(POLICY)
+    admin = client_tls(certs, "admin")
+    started: list[Router | Broker] = []
+    try:
+        leaf = Broker("A", state=str(tmp_path / "A.sqlite"), tls=admin, extra=(
+            *tls_args(certs, "broker"), "--router-tls-ca", ca, "--policy", str(policy))).start()
+        started.append(leaf)
+        routers = {}
+        for name, rid in (("e1", 1), ("e2", 2)):
+            routers[name] = Router(name, router_id=rid, role="edge", tls=admin, extra=(
+                *tls_args(certs, "router"), "--broker", leaf.address, "--broker-tls-ca", ca,
+                "--broker-tls-cert", str(certs / "router.pem"), "--broker-tls-key", str(certs / "router.key"))).start()
+            started.append(routers[name])
+        assert leaf.stub is not None
+        for name, r in routers.items():
+            leaf.stub.AddRouter(bpb.AddRouterRequest(router=bpb.RouterInfo(
+                name=name, role="edge", capacity_eps=50_000, control_address=f"127.0.0.1:{r.control_port}",
+                event_address=f"127.0.0.1:{r.port}", router_id=r.router_id)), timeout=5)
+        leaf.stub.AddChannel(bpb.AddTopologyChannelRequest(channel=bpb.TopologyChannel(
+            a="e1", b="e2", bandwidth_bps=100_000_000, latency_ms=1.0, both_directions=True)), timeout=5)
+        assert wait_for(lambda: leaf.stub.Health(bpb.BrokerHealthRequest(), timeout=2).routers_up == 2)  # type: ignore[union-attr]
+        e1, e2 = (f"127.0.0.1:{routers[n].control_port}" for n in ("e1", "e2"))
+
+        # Allowed: pmu1 with the pmu1 certificate publishes pmu1/freq; ems with its own subscribes.
+        async with await Publisher.connect("pmu1", e1, tls=client_tls(certs, "pmu1")) as pub, \
+                await Subscriber.connect("ems", e2, tls=client_tls(certs, "ems")) as sub:
+            await pub.register("freq", FLOAT, 10)
+            s = await sub.subscribe_remote("pmu1/freq", FLOAT, interval_ms=10, latency_ms=1000)
+            assert s.variable.full_name == "pmu1/freq"
+
+        # Refused by the policy, evaluated against the certificate: rogue may not read pmu1/*.
+        async with await Subscriber.connect("rogue", e2, tls=client_tls(certs, "rogue")) as rogue:
+            with pytest.raises(GridStatError) as refused:
+                await rogue.subscribe_remote("pmu1/freq", FLOAT, interval_ms=10, latency_ms=1000)
+            assert refused.value.reason == "Unauthorized" and refused.value.field == "subscription.variable"
+
+        # Lying about its name: rogue's certificate, the name pmu1. Refused before anything is registered.
+        with pytest.raises(GridStatError) as lie:
+            await Publisher.connect("pmu1", e1, tls=client_tls(certs, "rogue"))
+        assert lie.value.reason == "Unauthorized" and lie.value.field == "name", lie.value
+        with pytest.raises(GridStatError) as lie_sub:
+            await Subscriber.connect("ems", e2, tls=client_tls(certs, "rogue"))
+        assert lie_sub.value.reason == "Unauthorized" and lie_sub.value.field == "name"
+
+        # Directly at the broker (no proxy): the peer's own certificate is the identity, and a
+        # client cannot smuggle an identity in the proxies' metadata.
+        with grpc.secure_channel(leaf.address, client_tls(certs, "rogue").channel_credentials()) as ch:
+            stub = bpb_grpc.QoSBrokerStub(ch)  # type: ignore[no-untyped-call]
+            with pytest.raises(grpc.RpcError) as direct:
+                stub.RegisterPublication(bpb.RegisterPublicationRequest(publication=bpb.Publication(
+                    publisher="pmu1", variable="volt", type=bpb.ValueType(kind=bpb.VALUE_KIND_FLOAT), interval_ms=10,
+                    edge_router="e1")), timeout=5, metadata=(("gridstat-client-identity", "pmu1"),))
+            assert direct.value.code() == grpc.StatusCode.PERMISSION_DENIED
+            meta = dict(direct.value.trailing_metadata() or ())
+            assert meta.get("gridstat-reason") == "Unauthorized"
+            assert meta.get("gridstat-field") == "publication.publisher"
+            reply = stub.Subscribe(bpb.SubscribeRequest(subscription=bpb.Subscription(
+                subscriber="ems", variable="pmu1/freq", type=bpb.ValueType(kind=bpb.VALUE_KIND_FLOAT),
+                edge_router="e2", qos=[bpb.ModeQoS(mode=0, interval_ms=10, latency_ms=100)])), timeout=5)
+            assert not reply.admitted and reply.rejection.reason == "Unauthorized"
+            assert reply.rejection.field == "subscription.subscriber"
+        pubs = leaf.stub.ListPublications(bpb.ListPublicationsRequest(), timeout=5).publications
+        assert [p.publisher + "/" + p.variable for p in pubs] == ["pmu1/freq"]  # nothing of the refused ones
+    finally:
+        for child in reversed(started):
+            child.stop()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -41,14 +42,24 @@ def spark(spark_jars: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     from pyspark.sql import SparkSession
 
     warehouse = tmp_path_factory.mktemp("spark-warehouse")
-    session = (SparkSession.builder.master("local[2]").appName("gridstat-tests")
+    builder = (SparkSession.builder.master("local[2]").appName("gridstat-tests")
                .config("spark.jars", spark_jars)
                .config("spark.driver.memory", "1g")
                .config("spark.ui.enabled", "false")
                .config("spark.sql.shuffle.partitions", "2")
                .config("spark.sql.warehouse.dir", str(warehouse))
-               .config("spark.sql.streaming.minBatchesToRetain", "10")
-               .getOrCreate())
+               .config("spark.sql.streaming.minBatchesToRetain", "10"))
+    # pyspark forks its JVM launcher with a preexec_fn; in a process that already runs gRPC's threads the
+    # forked child can die before exec (seen once: JAVA_GATEWAY_EXITED, no output). Starting the JVM is
+    # retried, bounded; a JVM that really cannot start still fails here, with pyspark's error.
+    for attempt in range(3):
+        try:
+            session = builder.getOrCreate()
+            break
+        except Exception as exc:  # pyspark's PySparkRuntimeError
+            if "JAVA_GATEWAY_EXITED" not in str(exc) or attempt == 2:
+                raise
+            time.sleep(1.0)
     session.sparkContext.setLogLevel("ERROR")
     try:
         yield session

@@ -84,6 +84,25 @@ async def test_the_policy_is_evaluated_against_the_client_certificate(tmp_path: 
             await pub.register("freq", FLOAT, 10)
             s = await sub.subscribe_remote("pmu1/freq", FLOAT, interval_ms=10, latency_ms=1000)
             assert s.variable.full_name == "pmu1/freq"
+            (sid,) = [r.subscription.subscription_id for r in leaf.stub.ListSubscriptions(
+                bpb.ListSubscriptionsRequest(subscriber="ems"), timeout=5).subscriptions]
+            # Another certificate may neither change nor remove ems's subscription, through its edge proxy...
+            async with await Subscriber.connect("rogue", e2, tls=client_tls(certs, "rogue")) as rogue:
+                assert rogue.session is not None
+                for attempt in (lambda: rogue.session.unsubscribe(sid),  # type: ignore[union-attr]
+                                lambda: rogue.session.change_subscription(sid, (0, 20, 100))):  # type: ignore[union-attr]
+                    with pytest.raises(GridStatError) as theft:
+                        await attempt()
+                    assert theft.value.reason == "Unauthorized" and theft.value.field == "subscription_id"
+            # ...nor directly at the broker; the subscription is untouched.
+            with grpc.secure_channel(leaf.address, client_tls(certs, "rogue").channel_credentials()) as ch:
+                with pytest.raises(grpc.RpcError) as direct_theft:
+                    bpb_grpc.QoSBrokerStub(ch).Unsubscribe(  # type: ignore[no-untyped-call]
+                        bpb.UnsubscribeRequest(subscription_id=sid), timeout=5)
+                assert direct_theft.value.code() == grpc.StatusCode.PERMISSION_DENIED
+            (still,) = leaf.stub.ListSubscriptions(bpb.ListSubscriptionsRequest(subscriber="ems"),
+                                                  timeout=5).subscriptions
+            assert still.subscription.subscription_id == sid and still.subscription.qos[0].interval_ms == 10
 
         # Refused by the policy, evaluated against the certificate: rogue may not read pmu1/*.
         async with await Subscriber.connect("rogue", e2, tls=client_tls(certs, "rogue")) as rogue:

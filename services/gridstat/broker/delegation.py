@@ -258,6 +258,7 @@ class UpLink:
             pb.SubscribeRequest(subscription=up), timeout=RPC_TIMEOUT_S * 3)
         if reply.admitted:
             broker.store.set_meta(f"delegated:{sid}", self.address)
+            broker.store.set_meta(f"delegated-by:{sid}", s.subscriber)  # its owner (service._bind_owner)
         return reply
 
     def delegated(self, broker: Any, sid: str) -> bool:
@@ -267,6 +268,7 @@ class UpLink:
         reply: pb.UnsubscribeReply = await self.peers(self.address).broker.Unsubscribe(
             pb.UnsubscribeRequest(subscription_id=sid), timeout=RPC_TIMEOUT_S * 3)
         broker.store.set_meta(f"delegated:{sid}", "")
+        broker.store.set_meta(f"delegated-by:{sid}", "")
         return int(reply.routes_removed)
 
     async def close(self) -> None:

@@ -176,6 +176,7 @@ class QoSBrokerServicer(ModesServicerMixin, FloodingServicerMixin, CondensationS
     async def Unsubscribe(self, request: pb.UnsubscribeRequest, context: Any) -> pb.UnsubscribeReply:
         async def call() -> pb.UnsubscribeReply:
             sid, up = request.subscription_id, self.broker.uplink
+            self._bind_owner(context, sid)
             if up is not None and sid not in self.broker.state.subscriptions and up.delegated(self.broker, sid):
                 return pb.UnsubscribeReply(routes_removed=await up.unsubscribe(self.broker, sid))
             return pb.UnsubscribeReply(routes_removed=await self.broker.unsubscribe(sid))
@@ -183,12 +184,20 @@ class QoSBrokerServicer(ModesServicerMixin, FloodingServicerMixin, CondensationS
 
     async def ChangeSubscription(self, request: pb.ChangeSubscriptionRequest, context: Any) -> pb.SubscribeReply:
         async def call() -> pb.SubscribeReply:
+            self._bind_owner(context, request.subscription_id)
             try:
                 record = await self.broker.change_subscription(request.subscription_id, qos_from_pb(request.qos))
             except ADMISSION_ERRORS as exc:
                 return pb.SubscribeReply(admitted=False, rejection=rejection(exc))
             return record_to_reply(self.broker, record)
         return await self._run(context, call)
+
+    def _bind_owner(self, context: Any, sid: str) -> None:
+        """With mTLS, only the subscriber (or a platform component) may change or remove a subscription."""
+        rec = self.broker.state.subscriptions.get(sid)
+        owner = rec.subscriber if rec is not None else self.broker.store.get_meta(f"delegated-by:{sid}")
+        if owner:
+            self.broker.bind_identity(context, owner, field="subscription_id")
 
     async def ListSubscriptions(self, request: pb.ListSubscriptionsRequest,
                                 context: Any) -> pb.ListSubscriptionsReply:

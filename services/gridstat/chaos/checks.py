@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -42,3 +44,20 @@ def table(outcome: Outcome) -> str:
     out += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     out += [f"  note: {n}" for n in outcome.notes]
     return "\n".join(out)
+
+
+def first_violation(violations: Sequence[tuple[Any, Any]], before: int,
+                    latency_ms: int) -> tuple[list[Any], Any | None, int | None]:
+    """The late/gap violations an SDK subscriber recorded since index ``before``, the first of them, and
+    how long after its deadline (expected timestamp + latency bound) that one was reported, ms."""
+    late = [v for _, v in violations[before:] if v.kind in ("late", "gap")]
+    first = late[0] if late else None
+    lag = (first.detected_ms - (first.expected_ts_ms + latency_ms)) if first is not None else None
+    return late, first, lag
+
+
+def check_reported(out: Outcome, late: Sequence[Any], lag: int | None, interval_ms: int, what: str) -> None:
+    """The invariant "a broken guarantee is reported to the subscriber within one interval"."""
+    out.check(what, ">= 1 late/gap violation", f"{len(late)} violations", bool(late))
+    out.check("reported within one interval of the missed deadline", f"<= {interval_ms} ms",
+              f"{lag} ms" if lag is not None else "never", lag is not None and lag <= interval_ms)

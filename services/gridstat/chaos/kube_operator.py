@@ -20,7 +20,6 @@ import importlib.util
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -34,7 +33,7 @@ from typing import Any
 from gridstat.v1 import broker_pb2 as bpb
 
 from .checks import Outcome
-from .procs import STOP_TIMEOUT_S, ChaosError, wait_for
+from .procs import ChaosError, Signals, wait_for
 from .scenarios import FLOAT, Cloud, _fmt_s, _lost, cloud
 from .traffic import Sink
 
@@ -142,8 +141,11 @@ def _free_port() -> int:
 
 
 @dataclass
-class OperatorProc:
+class OperatorProc(Signals):
     """``python -m gridstat_operator`` on one namespace, standalone, liveness on 127.0.0.1."""
+
+    #: kopf finishes its handlers on SIGTERM: give it longer than a role.
+    term_timeout_s = 10.0
 
     kube: Kube
     namespace: str
@@ -164,39 +166,6 @@ class OperatorProc:
             self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env)
         return self
 
-    @property
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def kill(self) -> None:
-        self.resume()
-        if self.running:
-            assert self.proc is not None
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(timeout=STOP_TIMEOUT_S)
-
-    def pause(self) -> None:
-        if self.running and not self.paused:
-            assert self.proc is not None
-            self.proc.send_signal(signal.SIGSTOP)
-            self.paused = True
-
-    def resume(self) -> None:
-        if self.proc is not None and self.paused:
-            if self.proc.poll() is None:
-                self.proc.send_signal(signal.SIGCONT)
-            self.paused = False
-
-    def stop(self) -> None:
-        self.resume()
-        if self.running:
-            assert self.proc is not None
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=STOP_TIMEOUT_S)
 
 
 def subscription(name: str, namespace: str, variable: str, *, interval_ms: int = 20,

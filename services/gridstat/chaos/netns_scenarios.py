@@ -24,7 +24,7 @@ from gridstat.v1 import router_pb2 as rpb
 from gridstat.v1 import router_pb2_grpc as rpb_grpc
 
 from . import scenarios
-from .checks import Outcome
+from .checks import Outcome, check_reported, first_violation
 from .netns import entered
 from .netns_faults import FaultLab
 from .netns_queue import DelayQueue
@@ -200,13 +200,8 @@ def degraded_link(seconds: float) -> Outcome:
                 wait_for(lambda: sum(1 for ts in sdk.events if ts > cleared_ms) >= 5, timeout_s=5)
             finally:
                 feed.stop()
-            late = [v for _, v in sdk.violations[before:] if v.kind in ("late", "gap")]
-            first = late[0] if late else None
-            lag = (first.detected_ms - (first.expected_ts_ms + latency_ms)) if first else None
-            out.check("degraded link reported to the subscriber", ">= 1 late/gap violation",
-                      f"{len(late)} violations", bool(late))
-            out.check("reported within one interval of the missed deadline", f"<= {interval_ms} ms",
-                      f"{lag} ms" if lag is not None else "never", lag is not None and lag <= interval_ms)
+            late, _first, lag = first_violation(sdk.violations, before, latency_ms)
+            check_reported(out, late, lag, interval_ms, "degraded link reported to the subscriber")
             out.check(f"kernel loss applied on {a}->{b} (nftables numgen)", "> 0 dropped",
                       f"{counts['dropped']} dropped", counts["dropped"] > 0)
             r = c.routers[a]

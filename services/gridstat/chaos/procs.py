@@ -16,6 +16,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import grpc
 
@@ -72,23 +73,14 @@ def _spawn(cmd: list[str], ready: re.Pattern[str], what: str) -> tuple[subproces
     return proc, m
 
 
-@dataclass
-class Child:
-    """One child process; ``kill`` (-9), ``pause``/``resume`` (SIGSTOP/SIGCONT), ``stop`` (SIGTERM)."""
+class Signals:
+    """``running``, ``kill`` (-9), ``pause``/``resume`` (SIGSTOP/SIGCONT) and ``stop`` (SIGTERM, then -9
+    after STOP_TIMEOUT_S) of ``self.proc``: every process a scenario faults (roles, the operator)."""
 
-    name: str
-    proc: subprocess.Popen[str] | None = None
-    channel: grpc.Channel | None = None
-    paused: bool = False
-    #: Extra command-line options (TLS files, policies...).
-    extra: tuple[str, ...] = ()
-    #: (m)TLS of our own gRPC channel to the child; None = plaintext (loopback tests).
-    tls: TlsFiles | None = None
-
-    def _open(self, address: str) -> grpc.Channel:
-        if self.tls is None:
-            return grpc.insecure_channel(address)
-        return grpc.secure_channel(address, self.tls.channel_credentials())
+    proc: subprocess.Popen[Any] | None
+    paused: bool
+    #: How long ``stop`` waits after SIGTERM before SIGKILL.
+    term_timeout_s = STOP_TIMEOUT_S
 
     @property
     def running(self) -> bool:
@@ -119,11 +111,33 @@ class Child:
         if proc is not None and proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
             try:
-                proc.wait(timeout=STOP_TIMEOUT_S)
+                proc.wait(timeout=self.term_timeout_s)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(timeout=STOP_TIMEOUT_S)
         self._close()
+
+    def _close(self) -> None:
+        """What else to release once the process is gone (pipes, channels)."""
+
+
+@dataclass
+class Child(Signals):
+    """One child process; ``kill`` (-9), ``pause``/``resume`` (SIGSTOP/SIGCONT), ``stop`` (SIGTERM)."""
+
+    name: str
+    proc: subprocess.Popen[str] | None = None
+    channel: grpc.Channel | None = None
+    paused: bool = False
+    #: Extra command-line options (TLS files, policies...).
+    extra: tuple[str, ...] = ()
+    #: (m)TLS of our own gRPC channel to the child; None = plaintext (loopback tests).
+    tls: TlsFiles | None = None
+
+    def _open(self, address: str) -> grpc.Channel:
+        if self.tls is None:
+            return grpc.insecure_channel(address)
+        return grpc.secure_channel(address, self.tls.channel_credentials())
 
     def _close(self) -> None:
         if self.proc is not None and self.proc.stdout is not None:

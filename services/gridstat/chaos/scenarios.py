@@ -28,7 +28,7 @@ import grpc
 from gridstat.v1 import broker_pb2 as bpb
 from gridstat.v1 import condensation_pb2 as cpb
 
-from .checks import Outcome
+from .checks import Outcome, check_reported, first_violation
 from .procs import Admission, Broker, CondenseHost, Router, wait_for
 from .traffic import Feed, ImpairedLink, SdkSubscriber, Sink
 
@@ -335,14 +335,9 @@ def router_stop(seconds: float) -> Outcome:
                 wait_for(lambda: sum(1 for ts in sdk.events if ts > resumed_ms) >= 5, timeout_s=5)
             finally:
                 feed.stop()
-            late = [v for _, v in sdk.violations[before:] if v.kind in ("late", "gap")]
-            first = late[0] if late else None
             # The first expected event the stop kept back, and its deadline.
-            lag = (first.detected_ms - (first.expected_ts_ms + latency_ms)) if first else None
-            out.check("broken guarantee reported to the subscriber", ">= 1 late/gap violation",
-                      f"{len(late)} violations", bool(late))
-            out.check("reported within one interval of the missed deadline", f"<= {interval_ms} ms",
-                      f"{lag} ms" if lag is not None else "never", lag is not None and lag <= interval_ms)
+            late, first, lag = first_violation(sdk.violations, before, latency_ms)
+            check_reported(out, late, lag, interval_ms, "broken guarantee reported to the subscriber")
             if first is not None:
                 out.notes.append(f"first violation {first.kind} for ts {first.expected_ts_ms}, "
                                  f"{first.detected_ms - stopped_ms} ms after SIGSTOP")
@@ -861,9 +856,7 @@ def condensation_host_kill(seconds: float) -> Outcome:
                 stopped = [f.stop() for f in feeds]
             sent = stopped[0]
             time.sleep(0.2)
-            late = [v for _, v in sdk.violations[before:] if v.kind in ("late", "gap")]
-            first = late[0] if late else None
-            lag = (first.detected_ms - (first.expected_ts_ms + latency_ms)) if first else None
+            late, first, lag = first_violation(sdk.violations, before, latency_ms)
             out.check("stopped host: output subscriber's violation callback fires within one interval",
                       f">= 1 late/gap, <= {CF_INTERVAL_MS} ms after the missed deadline",
                       f"{len(late)} violations, first {lag} ms" if lag is not None else "never",

@@ -12,17 +12,17 @@ whose ``reason`` says what kind of problem it is (``CyclicTopology``, ``MissingP
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from gridstat.analysis.trees import BrokerTree, paper_tree
 from gridstat.analysis.workloads import LIFETIME_DISTRIBUTIONS, ClassGroup, Workload, uniform_workload
+from gridstat.core import yamldoc
+from gridstat.core.yamldoc import field_name
 from gridstat.errors import ValidationError
 
-_PathT = tuple[str | int, ...]
+_PathT = yamldoc.FieldPath
 
 _TOP = ("brokers", "generate", "classes", "uniform", "name")
 _BROKER = ("name", "parent")
@@ -36,17 +36,6 @@ MAX_BROKERS = 100_000
 
 class TopologyFileError(ValidationError):
     """An analysis input file is not valid; the message starts with ``file:line: field:``."""
-
-
-def field_name(path: _PathT) -> str:
-    """``("classes", 2, "at")`` -> ``classes[2].at``."""
-    out = ""
-    for part in path:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += f".{part}" if out else part
-    return out or "(document)"
 
 
 class _Checker:
@@ -104,48 +93,9 @@ def _kind(value: object) -> str:
             float: "a number"}.get(type(value), type(value).__name__)
 
 
-def _walk_lines(node: yaml.Node, path: _PathT, out: dict[str, int], source: str) -> Iterator[TopologyFileError]:
-    out.setdefault(field_name(path), node.start_mark.line + 1)
-    if isinstance(node, yaml.MappingNode):
-        seen: set[str] = set()
-        for key, value in node.value:
-            k = str(key.value)
-            if k in seen:
-                yield TopologyFileError(f"{source}:{key.start_mark.line + 1}: {field_name((*path, k))}: "
-                                        f"duplicate key {k!r}", field=field_name((*path, k)))
-            seen.add(k)
-            out[field_name((*path, k))] = key.start_mark.line + 1
-            yield from _walk_lines(value, (*path, k), out, source)
-    elif isinstance(node, yaml.SequenceNode):
-        for i, item in enumerate(node.value):
-            yield from _walk_lines(item, (*path, i), out, source)
-
-
 def parse_analysis_file(text: str, source: str = "topology.yaml") -> Workload:
     """Parse and validate an analysis input document; ``source`` names it in errors."""
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{source}:{mark.line + 1}" if mark is not None else source
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise TopologyFileError(f"{where}: (document): not valid YAML: {problem}", field="(document)") from None
-    if node is None:
-        raise TopologyFileError(f"{source}: (document): the file is empty", field="(document)")
-    lines: dict[str, int] = {}
-    for err in _walk_lines(node, (), lines, source):
-        raise err
-    loader = yaml.SafeLoader("")
-    try:
-        data = loader.construct_document(node)
-    except (yaml.YAMLError, ValueError, TypeError, OverflowError) as exc:
-        # a tag SafeLoader has no constructor for ('=' is !!value), a scalar its tag rejects ('!!int x')...
-        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None) or node.start_mark
-        where = f"{source}:{mark.line + 1}"
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise TopologyFileError(f"{where}: (document): not valid YAML: {problem}", field="(document)") from None
-    finally:
-        loader.dispose()
+    data, lines = yamldoc.load(text, source, TopologyFileError)
     return _validate(data, _Checker(source, lines))
 
 

@@ -14,15 +14,14 @@ subscribers and the variable ids. The numbered ``publisher_id``,
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from gridstat.core import filtering
+from gridstat.core import filtering, yamldoc
 from gridstat.core.model import PRIORITIES, PRIORITY_HIGH, TypeSpec, ValueType, check_name
+from gridstat.core.yamldoc import field_name
 from gridstat.errors import ValidationError
 
 DEFAULT_TOPOLOGY_PATH = Path(__file__).with_name("default-topology.yaml")
@@ -50,18 +49,7 @@ class TopologyError(ValidationError):
     """A topology file is not valid; the message starts with ``file:line: field:``."""
 
 
-Path_ = tuple[str | int, ...]
-
-
-def field_name(path: Path_) -> str:
-    """``("links", 2, "b")`` -> ``links[2].b``."""
-    out = ""
-    for part in path:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += f".{part}" if out else part
-    return out or "(document)"
+Path_ = yamldoc.FieldPath
 
 
 @dataclass(frozen=True)
@@ -173,24 +161,6 @@ def _error(source: str, lines: Mapping[str, int], path: Path_, message: str) -> 
     return TopologyError(f"{where}: {name}: {message}", field=name)
 
 
-def _walk_lines(node: yaml.Node, path: Path_, out: dict[str, int], source: str) -> Iterator[TopologyError]:
-    """Record the line of every node by field name; yield duplicate-key errors."""
-    out.setdefault(field_name(path), node.start_mark.line + 1)
-    if isinstance(node, yaml.MappingNode):
-        seen: set[str] = set()
-        for key, value in node.value:
-            k = str(key.value)
-            if k in seen:
-                yield TopologyError(f"{source}:{key.start_mark.line + 1}: {field_name((*path, k))}: "
-                                    f"duplicate key {k!r}", field=field_name((*path, k)))
-            seen.add(k)
-            out[field_name((*path, k))] = key.start_mark.line + 1
-            yield from _walk_lines(value, (*path, k), out, source)
-    elif isinstance(node, yaml.SequenceNode):
-        for i, item in enumerate(node.value):
-            yield from _walk_lines(item, (*path, i), out, source)
-
-
 class _Checker:
     def __init__(self, source: str, lines: Mapping[str, int]) -> None:
         self.source = source
@@ -257,25 +227,7 @@ def _kind(value: object) -> str:
 
 def parse_topology(text: str, source: str = "topology.yaml") -> Topology:
     """Parse and validate a topology document; ``source`` names it in errors."""
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{source}:{mark.line + 1}" if mark is not None else source
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise TopologyError(f"{where}: (document): not valid YAML: {problem}", field="(document)") from None
-    if node is None:
-        raise TopologyError(f"{source}: (document): the file is empty", field="(document)")
-    lines: dict[str, int] = {}
-    for err in _walk_lines(node, (), lines, source):
-        raise err
-    loader = yaml.SafeLoader("")
-    try:
-        data = loader.construct_document(node)
-    except yaml.YAMLError as exc:  # pragma: no cover - compose already validated the syntax
-        raise TopologyError(f"{source}: (document): {exc}", field="(document)") from None
-    finally:
-        loader.dispose()
+    data, lines = yamldoc.load(text, source, TopologyError)
     return _validate(data, source, lines)
 
 

@@ -159,3 +159,10 @@ def test_invalid_yaml_reports_the_line() -> None:
 def test_field_name() -> None:
     assert field_name(("links", 2, "b")) == "links[2].b"
     assert field_name(()) == "(document)"
+
+
+def test_a_value_its_tag_rejects_is_a_topology_error_not_a_crash() -> None:
+    # '!!int x' made yaml raise a bare ValueError past the topology parser (core.yamldoc now reads both
+    # topology and analysis files).
+    assert error_of("clouds: !!int x\n").startswith("t.yaml:1: (document): not valid YAML:")
+    assert error_of("a: =\n").startswith("t.yaml:1: (document): not valid YAML:")

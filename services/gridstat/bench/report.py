@@ -162,9 +162,8 @@ def burst_floor_us(half_rate: float, us_per_event: float) -> float:
 
 def router_report(res: dict[str, Any], facts: dict[str, str]) -> tuple[str, dict[str, Any]]:
     profiles: list[Profile] = res["profiles"]
-    sats = res["saturation"]
-    reps = len(sats)
-    sat_rate = res["sat_rate"]
+    reps = len(profiles[0].saturation)
+    sat_rate = profiles[0].sat_rate
     per = {p.name: profile_figures(p) for p in profiles}
     main = per[profiles[0].name]
     fwd, cpu, usev = main["forwarded"], main["cpu_pct"], main["us_per_event"]

@@ -658,9 +658,7 @@ def run_router_bench(*, quick: bool, reps: int, variant: str, hop_load: int, max
         prof = Profile("default", ())
         run_profile(b, prof, reps=reps, dur_sat=dur_sat, dur_lat=dur_lat, quick=quick, log=log)
         result["profiles"] = [prof]
-        result["saturation"], result["lat"], result["at70"] = prof.saturation, prof.lat, prof.at70
         sat_rate = prof.sat_rate
-        result["sat_rate"] = sat_rate
         # Load scalability (one router): the dissertation's tlv rows (events/ms -> k events/s) and fractions of
         # the measured saturation, each in both pacings.
         tlv = [0, 10, 40, 80, 120, 160, 200, 240]

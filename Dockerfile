@@ -26,16 +26,31 @@ print("\n".join(deps))' > /tmp/requirements.txt \
     && pip install -q -c /src/services/constraints.txt -r /tmp/requirements.txt
 COPY services /src/services
 COPY operator /src/operator
-RUN pip install -q --no-deps /src/services /src/operator
+RUN pip install -q --no-deps /src/services /src/operator \
+    && python3 -m pip uninstall -q -y pip setuptools wheel
+# The runtime stage gets the venv without its installers: no pip, setuptools or wheel. The entry
+# points (`gridstat`, `gridstat-operator`) are plain scripts pip wrote at install time.
 
 FROM ${BASE}
 ENV DEBIAN_FRONTEND=noninteractive PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PATH=/opt/gridstat/bin:$PATH
 RUN apt-get update -q \
     && apt-get install -y -q --no-install-recommends python3 ca-certificates tini \
     && rm -rf /var/lib/apt/lists/* \
-    && useradd --system --uid 10001 --home-dir /var/lib/gridstat --create-home gridstat
+    && groupadd --system --gid 10001 gridstat \
+    && useradd --system --uid 10001 --gid 10001 --home-dir /var/lib/gridstat --create-home \
+               --shell /usr/sbin/nologin gridstat
 COPY --from=builder /opt/gridstat /opt/gridstat
-RUN gridstat --help >/dev/null && python3 -c "import gridstat_operator.handlers"
+# User and group 10001:10001 (the chart's podSecurityContext, docs/kubernetes.md); both entry
+# points start; neither the venv nor the system Python can import an installer.
+RUN test "$(id -u gridstat):$(id -g gridstat)" = "10001:10001" \
+    && gridstat --help >/dev/null && gridstat-operator --help >/dev/null \
+    && python3 -c "import gridstat_operator.handlers" \
+    && for py in python3 /usr/bin/python3; do \
+         $py -c 'import importlib.util as u, sys; \
+bad = [m for m in ("pip", "setuptools", "wheel", "pkg_resources") if u.find_spec(m)]; \
+sys.exit("installers in the runtime image: %s" % bad if bad else 0)' || exit 1; \
+       done \
+    && ! ls /opt/gridstat/bin | grep -q '^pip'
 USER 10001:10001
 WORKDIR /var/lib/gridstat
 ENTRYPOINT ["/usr/bin/tini", "--"]

@@ -2,6 +2,9 @@
 # Build the GridStat image (one image, every role) without any registry.
 #
 #   scripts/build-image.sh [TAG]     default TAG: gridstat:dev; prints READY image=TAG
+#   GRIDSTAT_IMAGE_LABEL=key=value scripts/build-image.sh TAG
+#                                    the same build with one more label: a new image (a new digest)
+#                                    from cached layers in seconds, e.g. to try `helm upgrade` of a new tag
 #
 # 1. The engine: scripts/docker.sh start (Debian's docker.io, host networking only).
 # 2. The base image local/debian:bookworm, made once with `debootstrap --variant=minbase` from the
@@ -57,7 +60,7 @@ mkdir -p "$ca/deploy/image/ca"
 cp /usr/local/share/ca-certificates/*.crt "$ca/deploy/image/ca/" 2>/dev/null || true
 tar -c --exclude='__pycache__' --exclude='*.egg-info' --exclude='build' --exclude='*.pyc' \
     -C "$root" Dockerfile services operator deploy/image -C "$ca" deploy \
-  | DOCKER_BUILDKIT=0 docker build --network host --force-rm -t "$tag" - >"$cache/image-build.log" 2>&1 \
+  | DOCKER_BUILDKIT=0 docker build --network host --force-rm ${GRIDSTAT_IMAGE_LABEL:+--label "$GRIDSTAT_IMAGE_LABEL"} -t "$tag" - >"$cache/image-build.log" 2>&1 \
   || { tail -30 "$cache/image-build.log" >&2; die "docker build failed (log: $cache/image-build.log)"; }
 # The builder stage's leftovers (dangling images of this project's own engine).
 docker image prune -f >/dev/null 2>&1 || true

@@ -8,6 +8,8 @@
 #   scripts/kube-apiserver.sh stop DIR           stop what `start DIR` started (and nothing else)
 #   scripts/kube-apiserver.sh status DIR         exit 0 while the API server answers /readyz
 #   GRIDSTAT_KUBE_PARENT_PID=PID ... start DIR   also stop everything once process PID is gone
+#   GRIDSTAT_KUBE_CONTROLLERS=a,b,... start DIR  kube-controller-manager's controllers (scripts/cluster.sh
+#                                                 adds those a node needs: nodelifecycle, endpointslice, ...)
 #
 # Security as on a real cluster, scaled down: the API server listens on 127.0.0.1 only (HTTPS,
 # self-signed serving certificate in DIR/pki), authenticates static bearer tokens (DIR/tokens.csv:
@@ -89,6 +91,7 @@ start() {
     --service-cluster-ip-range 10.96.0.0/16 \
     --endpoint-reconciler-type none \
     --allow-privileged=true \
+    --kubelet-preferred-address-types Hostname,InternalIP \
     --profiling=false \
     --v=1
 
@@ -125,7 +128,7 @@ KUBECONFIG
     --kubeconfig "$dir/kubeconfig" \
     --secure-port 0 \
     --leader-elect=false \
-    --controllers namespace,garbagecollector,serviceaccount,serviceaccount-token,deployment,replicaset,statefulset,disruption \
+    --controllers "${GRIDSTAT_KUBE_CONTROLLERS:-namespace,garbagecollector,serviceaccount,serviceaccount-token,deployment,replicaset,statefulset,disruption}" \
     --service-account-private-key-file "$dir/pki/sa.key" \
     --root-ca-file "$dir/pki/apiserver.crt" \
     --v=1

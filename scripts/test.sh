@@ -25,6 +25,8 @@ scripts/kafka.sh fetch >/dev/null
 scripts/spark-deps.sh >/dev/null
 echo "== Kubernetes tools (kube-apiserver, kube-controller-manager, etcd, helm; cached in ~/.cache/gridstat)"
 eval "$(scripts/k8s-tools.sh all)"
+echo "== the node's tools (kubelet, kube-scheduler, kube-proxy, CoreDNS, pause; containerd, runc, CNI plugins from Debian)"
+scripts/cluster.sh tools
 echo "== helm lint"
 helm lint --strict charts/gridstat 2>&1 | grep -v "found symbolic link"
 echo "== the gridstat image (scripts/build-image.sh; the engine is scripts/docker.sh, stopped at exit under CI)"

@@ -26,6 +26,7 @@ import grpc.aio
 
 from gridstat.core.tls import ClientChannel
 from gridstat.v1 import broker_pb2_grpc as bpb_grpc
+from gridstat_operator import conditions
 from gridstat_operator import config as configs
 
 T = TypeVar("T")
@@ -84,9 +85,8 @@ def classify(error: grpc.aio.AioRpcError, *, target: str) -> BrokerError:
     if code in UNAVAILABLE_CODES:
         return BrokerUnavailable(f"broker at {target} is unavailable: {details}")
     reason = _metadata(error, "gridstat-reason") or "".join(p.capitalize() for p in code.name.split("_"))
-    if details.startswith(f"{reason}: "):
-        details = details[len(reason) + 2:]
-    return BrokerRefused(details, reason=reason, field=_metadata(error, "gridstat-field"), code=code)
+    return BrokerRefused(conditions.without_reason(reason, details), reason=reason,
+                         field=_metadata(error, "gridstat-field"), code=code)
 
 
 class Brokers:

@@ -25,6 +25,8 @@ READY = "Ready"
 ADMITTED = "Admitted"
 DEGRADED = "Degraded"
 PAUSED = "ReconciliationPaused"
+#: An ActiveMode's switch plan was computed (``status.plan``; docs/kubernetes.md, "Operating modes").
+PLANNED = "Planned"
 
 #: Longest condition message written; a broker's message can quote a whole path list.
 MESSAGE_MAX = 1024
@@ -42,6 +44,19 @@ class Condition:
     @property
     def status_text(self) -> str:
         return "Unknown" if self.status is None else ("True" if self.status else "False")
+
+
+def without_reason(reason: str, message: str) -> str:
+    """``message`` without a leading ``"<reason>: "``.
+
+    The brokers' errors render as ``"<reason>: <text>"`` (``GridStatError.__str__``) and a
+    rejection carries that text as its message, while the reason travels in its own field; status
+    messages name the reason once (docs/kubernetes.md, "Subscriptions").
+    """
+    prefix = f"{reason}: "
+    while reason and message.startswith(prefix):
+        message = message[len(prefix):]
+    return message
 
 
 def now_text(now: datetime.datetime | None = None) -> str:
@@ -125,6 +140,15 @@ def condition(body: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:
         if c.get("type") == type_:
             return c  # type: ignore[no-any-return]
     return None
+
+
+def carried(body: Mapping[str, Any], type_: str) -> Condition | None:
+    """The condition ``type_`` of ``body``'s status as a Condition to write again, if any."""
+    c = condition(body, type_)
+    if c is None:
+        return None
+    status = {"True": True, "False": False}.get(str(c.get("status")))
+    return Condition(type_, status, str(c.get("reason") or ""), str(c.get("message") or ""))
 
 
 def is_ready(body: Mapping[str, Any]) -> bool:

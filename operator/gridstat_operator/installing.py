@@ -23,7 +23,7 @@ from typing import Any
 
 from gridstat.v1 import broker_pb2 as bpb
 from gridstat_operator import brokers as brokering
-from gridstat_operator import plan
+from gridstat_operator import conditions, plan
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +105,8 @@ def _rejection(reply: Any, variable: str) -> Rejection:
         offer["maxRedundancy"] = r.offer.max_redundancy
     if r.offer.HasField("min_interval_ms"):
         offer["minIntervalMs"] = r.offer.min_interval_ms
-    return Rejection(r.reason or "AdmissionRejected", r.message or "the broker rejected the subscription",
+    reason = r.reason or "AdmissionRejected"
+    return Rejection(reason, conditions.without_reason(reason, r.message) or "the broker rejected the subscription",
                      variable, r.field, offer)
 
 
@@ -116,12 +117,14 @@ class Installer:
         self.brokers = brokers
         self.address = address
 
-    async def _call(self, method: str, request: Any) -> Any:
-        return await self.brokers.call(self.address, method, request)
+    async def _call(self, method: str, request: Any, *, attempts: int | None = None) -> Any:
+        return await self.brokers.call(self.address, method, request, attempts=attempts)
 
-    async def actual(self, subscriber: str, prefix: str) -> list[plan.ActualSubscription]:
-        """What the broker holds under this resource's ids."""
-        reply = await self._call("ListSubscriptions", bpb.ListSubscriptionsRequest(subscriber=subscriber))
+    async def actual(self, subscriber: str, prefix: str, *,
+                     attempts: int | None = None) -> list[plan.ActualSubscription]:
+        """What the broker holds under this resource's ids (``attempts``: see ``Brokers.call``)."""
+        reply = await self._call("ListSubscriptions", bpb.ListSubscriptionsRequest(subscriber=subscriber),
+                                 attempts=attempts)
         return [actual_from_reply(r) for r in reply.subscriptions
                 if r.subscription.subscription_id.startswith(prefix)]
 
@@ -221,12 +224,14 @@ class Installer:
     async def _change_back(self, sid: str, key: tuple[int, int, int, int, int]) -> None:
         reply = await self._change(sid, key)
         if not reply.admitted:
-            raise brokering.BrokerRefused(reply.rejection.message, reason=reply.rejection.reason)
+            raise brokering.BrokerRefused(conditions.without_reason(reply.rejection.reason, reply.rejection.message),
+                                          reason=reply.rejection.reason)
 
     async def _resubscribe(self, old: plan.ActualSubscription) -> None:
         reply = await self._subscribe(_restore_pb(old))
         if not reply.admitted:
-            raise brokering.BrokerRefused(reply.rejection.message, reason=reply.rejection.reason)
+            raise brokering.BrokerRefused(conditions.without_reason(reply.rejection.reason, reply.rejection.message),
+                                          reason=reply.rejection.reason)
 
     async def _replace_back(self, sid: str, old: plan.ActualSubscription) -> None:
         """Put the subscription back as it was before the plan (``old``)."""

@@ -26,7 +26,7 @@ from typing import Any
 
 from gridstat import errors
 from gridstat.client import extrapolation as extrapolations
-from gridstat_operator import resources
+from gridstat_operator import conditions, resources
 
 SUBSCRIPTION_ID_PREFIX = "k8s:"
 DEFAULT_REDUNDANCY = 1
@@ -220,6 +220,27 @@ def check_extrapolation(spec: Mapping[str, Any] | None, *, field: str) -> None:
         raise SpecError(f"{field}: {exc}", reason="InvalidExtrapolation", field=field) from None
 
 
+def mode_overrides(
+        spec: Mapping[str, Any],
+        *,
+        name: str,
+        labels: Mapping[str, str],
+        modes: Mapping[str, ModeRef],
+) -> dict[str, Mapping[str, Any]]:
+    """Every mode the Subscription belongs to, by name, with the ``spec.modes`` entry that overrides
+    ``spec.qos`` there (empty for a mode that picks it by selector or list). Unknown modes included."""
+    listed = {entry["mode"]: entry for entry in spec.get("modes") or () if entry.get("mode")}
+    wanted: dict[str, Mapping[str, Any]] = dict(listed) if listed else {resources.NORMAL: {}}
+    for mode_name in selected_by(modes, name, labels):
+        wanted.setdefault(mode_name, {})
+    return wanted
+
+
+def merged_qos(spec: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """``spec.qos`` with one mode's overrides applied field by field."""
+    return {**(spec.get("qos") or {}), **{k: v for k, v in override.items() if k != "mode"}}
+
+
 def effective_qos(
         spec: Mapping[str, Any],
         *,
@@ -228,17 +249,14 @@ def effective_qos(
         modes: Mapping[str, ModeRef],
 ) -> tuple[ModeQoS, ...]:
     """Every mode the Subscription belongs to with its QoS, ordered by mode id."""
-    base = dict(spec.get("qos") or {})
     listed = {entry["mode"]: entry for entry in spec.get("modes") or () if entry.get("mode")}
-    wanted: dict[str, Mapping[str, Any]] = dict(listed) if listed else {resources.NORMAL: {}}
-    for mode_name in selected_by(modes, name, labels):
-        wanted.setdefault(mode_name, {})
+    wanted = mode_overrides(spec, name=name, labels=labels, modes=modes)
     out: list[ModeQoS] = []
     for mode_name, override in sorted(wanted.items()):
         # Where a problem is: the spec.modes entry that names the mode, else spec.qos / spec.modes.
         entry = f"spec.modes[{list(listed).index(mode_name)}]" if mode_name in listed else ""
         ref = resolve_mode(modes, mode_name, field=f"{entry}.mode" if entry else "spec.modes")
-        merged = {**base, **{k: v for k, v in override.items() if k != "mode"}}
+        merged = merged_qos(spec, override)
         if "intervalMs" not in merged or "latencyMs" not in merged:
             raise SpecError(f"mode {mode_name!r} has no intervalMs or latencyMs (set spec.qos)",
                             reason="InvalidQoS", field="spec.qos")
@@ -276,6 +294,16 @@ def desired_subscriptions(
     qos = effective_qos(spec, name=name, labels=labels, modes=modes)
     return [DesiredSubscription(subscription_id(namespace, name, v), spec["subscriber"], v, spec["edgeRouter"],
                                 spec.get("type") or "", qos) for v in variables]
+
+
+def pending_conditions(address: str, cloud: str) -> list[conditions.Condition]:
+    """The status of a Subscription before its broker first answered (docs/kubernetes.md,
+    "Subscriptions"): written at once, so a broker that takes a whole deadline to fail (a Service
+    without endpoints) does not leave a new resource without status meanwhile."""
+    message = f"waiting for the leaf broker of cloud {cloud} at {address} to answer"
+    return [conditions.Condition(conditions.ADMITTED, None, "Pending", message),
+            conditions.Condition(conditions.READY, False, "Pending", message),
+            conditions.Condition(conditions.DEGRADED, False, "Pending", "nothing installed yet")]
 
 
 def fingerprint(desired: Iterable[DesiredSubscription]) -> str:
@@ -362,6 +390,106 @@ def paths_status(
 
 
 # -- active mode ----------------------------------------------------------------------------------
+#: Longest list of names in ``status.plan`` and in messages; the counts are always complete.
+PLAN_NAMES_MAX = 20
+#: QoS fields that count as a change of QoS when a mode switch moves a subscription between modes.
+SWITCH_QOS_FIELDS = ("intervalMs", "latencyMs", "redundancy", "priority", "extrapolation")
+_QOS_DEFAULTS = {"redundancy": DEFAULT_REDUNDANCY, "priority": DEFAULT_PRIORITY}
+
+
+@dataclass(frozen=True)
+class SubscriptionRef:
+    """What the operator knows of one Subscription resource (from kopf's index of Subscriptions):
+    enough to tell which modes it belongs to and with what QoS."""
+
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    spec: Mapping[str, Any] = field(default_factory=dict)
+
+
+def subscription_ref(body: Mapping[str, Any]) -> SubscriptionRef:
+    """A SubscriptionRef from a Subscription resource's body (a copy of what planning reads)."""
+    meta = body.get("metadata") or {}
+    spec = body.get("spec") or {}
+    return SubscriptionRef(name=str(meta.get("name", "")), labels=dict(meta.get("labels") or {}),
+                           spec=json.loads(json.dumps({"qos": spec.get("qos") or {},
+                                                       "modes": list(spec.get("modes") or ())})))
+
+
+@dataclass(frozen=True)
+class SwitchPlan:
+    """What switching the utility from ``from_mode`` to ``to_mode`` does to the namespace's
+    Subscriptions (docs/kubernetes.md, "Operating modes"): a subscription not in the target mode
+    stops being delivered; one in both modes with other QoS there changes; one only in the target
+    starts. Each tuple holds Subscription names, sorted."""
+
+    from_mode: str
+    to_mode: str
+    stopping: tuple[str, ...] = ()
+    changing: tuple[str, ...] = ()
+    starting: tuple[str, ...] = ()
+
+    def as_status(self, limit: int = PLAN_NAMES_MAX) -> dict[str, Any]:
+        """``status.plan``: counts, and the first ``limit`` names of each group."""
+        def group(names: tuple[str, ...]) -> dict[str, Any]:
+            return {"count": len(names), "names": list(names[:limit])}
+        return {"from": self.from_mode, "to": self.to_mode, "stopping": group(self.stopping),
+                "changing": group(self.changing), "starting": group(self.starting)}
+
+    @property
+    def summary(self) -> str:
+        def listed(names: tuple[str, ...]) -> str:
+            if not names:
+                return ""
+            more = f", ... ({len(names) - PLAN_NAMES_MAX} more)" if len(names) > PLAN_NAMES_MAX else ""
+            return f" ({', '.join(names[:PLAN_NAMES_MAX])}{more})"
+        return (f"mode {self.from_mode} -> {self.to_mode}: stops {len(self.stopping)} subscription(s)"
+                f"{listed(self.stopping)}, changes the QoS of {len(self.changing)}{listed(self.changing)}, "
+                f"starts {len(self.starting)}{listed(self.starting)}")
+
+
+def _switch_qos(spec: Mapping[str, Any], override: Mapping[str, Any]) -> tuple[Any, ...]:
+    merged = merged_qos(spec, override)
+    return tuple(json.dumps(merged.get(k, _QOS_DEFAULTS.get(k)), sort_keys=True) for k in SWITCH_QOS_FIELDS)
+
+
+def plan_mode_switch(
+        current: str | None,
+        target: str,
+        subscriptions: Iterable[SubscriptionRef],
+        modes: Mapping[str, ModeRef],
+) -> SwitchPlan:
+    """What a switch from ``current`` to ``target`` stops, changes and starts (pure; from the
+    Subscriptions' ``spec.modes`` and ``spec.qos`` and the Modes' selectors and lists).
+
+    ``current`` None means the current mode is not known: every subscription not in ``target``
+    then counts as stopping. Switching to the current mode does nothing.
+    """
+    if current == target:
+        return SwitchPlan(target, target)
+    stopping: list[str] = []
+    changing: list[str] = []
+    starting: list[str] = []
+    for s in subscriptions:
+        member = mode_overrides(s.spec, name=s.name, labels=s.labels, modes=modes)
+        in_current = current is None or current in member
+        if target not in member:
+            if in_current:
+                stopping.append(s.name)
+        elif current is None or current not in member:
+            if current is not None:
+                starting.append(s.name)
+        elif _switch_qos(s.spec, member[current]) != _switch_qos(s.spec, member[target]):
+            changing.append(s.name)
+    return SwitchPlan(current or "unknown", target, tuple(sorted(stopping)), tuple(sorted(changing)),
+                      tuple(sorted(starting)))
+
+
+def dry_run(spec: Mapping[str, Any]) -> bool:
+    """``spec.dryRun: true``: plan the switch and report it, but do not switch."""
+    return spec.get("dryRun") is True
+
+
 def plan_mode_change(spec: Mapping[str, Any], modes: Mapping[str, ModeRef]) -> ModeRef:
     """The Mode an ActiveMode asks for; SpecError UnknownMode / ModeNotDefined."""
     return resolve_mode(modes, str(spec.get("mode", "")), field="spec.mode")

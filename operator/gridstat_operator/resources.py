@@ -1,6 +1,6 @@
 """Names of the custom resources and the typed shapes of their bodies.
 
-The CRDs themselves are generated from ``operator/crds`` into ``charts/gridstat/crds``
+The CRDs themselves are generated from ``operator/crds/src`` into ``charts/gridstat/crds``
 (``gridstat_operator.crdgen``); these TypedDicts mirror their ``spec`` sections for the planner.
 """
 

@@ -72,12 +72,12 @@ def apply_cloud(stub: Any, cloud: Mapping[str, Any], *, check: bool, log: list[s
             log.append(f"{cloud['name']}: router {r['name']} is not registered at {event}")
             complete = False
             continue
-        if have is not None:
-            stub.RemoveRouter(bpb.RemoveRouterRequest(name=r["name"]), timeout=10)
+        # A router already held at another address is moved by AddRouter: its paths stay (the broker
+        # rebuilds it at the new address), where a removal would be refused while it carries any.
         stub.AddRouter(bpb.AddRouterRequest(router=bpb.RouterInfo(
             name=r["name"], role=r["role"], capacity_eps=int(r.get("capacityEps") or 50000),
             control_address=control, event_address=event, router_id=int(r["id"]))), timeout=10)
-        log.append(f"{cloud['name']}: registered router {r['name']} at {event}")
+        log.append(f"{cloud['name']}: {'moved' if have is not None else 'registered'} router {r['name']} to {event}")
     channels = {(c.a, c.b) for c in stub.GetTopology(bpb.GetTopologyRequest(), timeout=10).channels}
     for link in cloud.get("links") or ():
         if (link["a"], link["b"]) in channels and (link["b"], link["a"]) in channels:

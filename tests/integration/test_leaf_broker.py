@@ -8,6 +8,7 @@ import threading
 import time
 from pathlib import Path
 
+import grpc
 import pytest
 
 from gridstat.core import wire
@@ -160,6 +161,47 @@ def test_redundant_subscription_survives_kill_of_a_path_router_and_router_is_reb
     assert missing == [], f"{len(missing)} of {len(expected)} events lost"
     # Both paths deliver: copies arrive twice while both are up.
     assert len(sink.events) > len(got)
+
+
+def test_a_router_announced_again_at_a_new_address_keeps_its_paths_and_is_rebuilt_there(cloud) -> None:  # type: ignore[no-untyped-def]
+    """A rescheduled pod: the same router (name, id, role) at new ports, announced while it carries a path."""
+    broker, routers = cloud
+    sink = Sink()
+    pub_id, var = register(broker, sink)
+    assert subscribe(broker, redundancy=2).admitted
+    feed = Feed(routers["e1"].port, pub_id, var)
+    try:
+        assert wait_for(lambda: len(sink.events) > 20)
+        old = routers["i1"]
+        old.proc.send_signal(signal.SIGKILL)
+        old.proc.wait(timeout=5)
+        old.channel.close()
+        routers["i1"] = moved = start_router("i1", 2)  # new ports: a new address
+        assert (moved.port, moved.control_port) != (old.port, old.control_port)
+        add_router(broker, moved, "internal")  # refused before: "router 'i1' carries subscriptions"
+        assert wait_for(lambda: moved.stub.Health(rpb.HealthRequest(), timeout=2).routes == 1, timeout_s=10)
+        held = {r.name: r for r in broker.stub.GetTopology(bpb.GetTopologyRequest(), timeout=5).routers}
+        assert held["i1"].event_address == f"127.0.0.1:{moved.port}" and held["i1"].up
+        # e1's channel to i1 follows the move: events on the first path reach e2 through the new i1
+        e1 = routers["e1"].stub.ListChannels(rpb.ListChannelsRequest(), timeout=5).channels
+        assert wait_for(lambda: any(c.port == moved.port for c in routers["e1"].stub.ListChannels(
+            rpb.ListChannelsRequest(), timeout=5).channels), timeout_s=10), e1
+        assert wait_for(lambda: moved.stub.GetStats(rpb.GetStatsRequest(), timeout=2).events_forwarded > 10,
+                        timeout_s=10)
+        # the same router under another id or role is refused, naming the field
+        with pytest.raises(grpc.RpcError) as err:
+            broker.stub.AddRouter(bpb.AddRouterRequest(router=bpb.RouterInfo(
+                name="i1", role="internal", control_address=f"127.0.0.1:{moved.control_port}",
+                event_address=f"127.0.0.1:{moved.port}", router_id=9)), timeout=5)
+        assert err.value.code() is grpc.StatusCode.INVALID_ARGUMENT and "id 2, not 9" in str(err.value.details())
+        assert ("gridstat-field", "router.router_id") in tuple(err.value.trailing_metadata() or ())
+    finally:
+        sent = feed.stop()
+    time.sleep(0.3)
+    sink.close()
+    got = {ts for v, ts in sink.events if v == var}
+    missing = [ts for ts in sent if ts >= min(got) and ts not in got]
+    assert missing == [], f"{len(missing)} events lost while i1 moved"
 
 
 def test_admission_rejections_name_their_reason(cloud) -> None:  # type: ignore[no-untyped-def]

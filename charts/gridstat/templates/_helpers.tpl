@@ -38,12 +38,12 @@ Object name of one role (and cloud). input: (dict "root" $ "role" "broker" "clou
 {{/* Labels on every object. input: the root context. */}}
 {{- define "gridstat.labels" -}}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
-app.kubernetes.io/name: {{ include "gridstat.name" . }}
-app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/name: {{ include "gridstat.name" . | quote }}
+app.kubernetes.io/instance: {{ .Release.Name | quote }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: gridstat
-gridstat.io/utility: {{ include "gridstat.utility" . }}
+gridstat.io/utility: {{ include "gridstat.utility" . | quote }}
 {{- with .Values.commonLabels }}
 {{ toYaml . }}
 {{- end }}
@@ -53,8 +53,8 @@ gridstat.io/utility: {{ include "gridstat.utility" . }}
 Selector labels of one role (and cloud). input: (dict "root" $ "role" "router" "cloud" "A").
 */}}
 {{- define "gridstat.selectorLabels" -}}
-app.kubernetes.io/name: {{ include "gridstat.name" .root }}
-app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/name: {{ include "gridstat.name" .root | quote }}
+app.kubernetes.io/instance: {{ .root.Release.Name | quote }}
 app.kubernetes.io/component: {{ .role }}
 {{- if .cloud }}
 gridstat.io/cloud: {{ .cloud | quote }}
@@ -69,6 +69,60 @@ gridstat.io/cloud: {{ .cloud | quote }}
 {{/* In-cluster address of a cloud's leaf broker. input: (dict "root" $ "cloud" "A"). */}}
 {{- define "gridstat.brokerAddress" -}}
 {{- printf "%s.%s.svc:%d" (include "gridstat.roleName" (dict "root" .root "role" "broker" "cloud" .cloud)) .root.Release.Namespace (int .root.Values.broker.port) -}}
+{{- end -}}
+
+{{/* In-cluster address of the admission controller. input: the root context. */}}
+{{- define "gridstat.admissionAddress" -}}
+{{- printf "%s.%s.svc:%d" (include "gridstat.roleName" (dict "root" . "role" "admission")) .Release.Namespace (int .Values.admission.port) -}}
+{{- end -}}
+
+{{/*
+Extra arguments as a YAML list (brokers, admission controller, operator): each item a quoted string
+(a flag and its value may be two items), `$` doubled so Kubernetes passes `$(...)` through literally.
+input: the list.
+*/}}
+{{- define "gridstat.argList" -}}
+{{- range . }}
+- {{ include "gridstat.argString" . | replace "$" "$$" | quote }}
+{{- end }}
+{{- end -}}
+
+{{/* One extra argument as text: a whole number read from a values file (a float64) without an exponent. */}}
+{{- define "gridstat.argString" -}}
+{{- if and (kindIs "float64" .) (eq (float64 (int64 .)) .) -}}
+{{- int64 . -}}
+{{- else -}}
+{{- toString . -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+Extra arguments inside the routers' `sh -c` string: each item single-quoted for the shell (a `'` in
+it becomes `'\''`), `$` doubled for Kubernetes' $(VAR) expansion. input: the list. output: " 'a' 'b'".
+*/}}
+{{- define "gridstat.shellArgs" -}}
+{{- range . }} '{{ include "gridstat.argString" . | replace "'" "'\\''" | replace "$" "$$" }}'{{ end }}
+{{- end -}}
+
+{{/* The default soft anti-affinity of a cloud's routers: prefer a node per router, so redundant
+     paths do not share a node. input: (dict "root" $ "cloud" "A"). */}}
+{{- define "gridstat.routerAntiAffinity" -}}
+podAntiAffinity:
+  preferredDuringSchedulingIgnoredDuringExecution:
+    - weight: 100
+      podAffinityTerm:
+        topologyKey: kubernetes.io/hostname
+        labelSelector:
+          matchLabels:
+            {{- include "gridstat.selectorLabels" (dict "root" .root "role" "router" "cloud" .cloud) | nindent 12 }}
+{{- end -}}
+
+{{/* Whether the cluster serves the Prometheus Operator's kinds ("true" or ""); input: the root context. */}}
+{{- define "gridstat.serviceMonitorServed" -}}
+{{- if .Capabilities.APIVersions.Has "monitoring.coreos.com/v1/ServiceMonitor" }}true{{ end -}}
+{{- end -}}
+{{- define "gridstat.prometheusRuleServed" -}}
+{{- if .Capabilities.APIVersions.Has "monitoring.coreos.com/v1/PrometheusRule" }}true{{ end -}}
 {{- end -}}
 
 {{/* In-cluster address of the parent broker. input: the root context. */}}
@@ -111,7 +165,7 @@ imagePullSecrets:
 {{- if .Values.tls.enabled }}
 - name: tls
   secret:
-    secretName: {{ .Values.tls.secretName }}
+    secretName: {{ .Values.tls.secretName | quote }}
     defaultMode: 0440
 {{- end }}
 {{- end -}}
@@ -157,10 +211,10 @@ re-read by the broker when Kubernetes updates the mounted file). input: the root
 {{- if .Values.dataPlaneAuth.enabled }}
 - name: channel-key
   secret:
-    secretName: {{ .Values.dataPlaneAuth.secretName }}
+    secretName: {{ .Values.dataPlaneAuth.secretName | quote }}
     defaultMode: 0400
     items:
-      - {key: {{ .Values.dataPlaneAuth.secretKey }}, path: channel-key}
+      - {key: {{ .Values.dataPlaneAuth.secretKey | quote }}, path: channel-key}
 {{- end }}
 {{- if .Values.authorization.policy }}
 - name: policy
@@ -175,6 +229,7 @@ key and the fix. Called from NOTES.txt and from the operator's Deployment, so it
 */}}
 {{- define "gridstat.validateValues" -}}
 {{- $messages := list -}}
+{{- $messages = append $messages (include "gridstat.validateValues.names" .) -}}
 {{- $messages = append $messages (include "gridstat.validateValues.clouds" .) -}}
 {{- $messages = append $messages (include "gridstat.validateValues.parent" .) -}}
 {{- $messages = append $messages (include "gridstat.validateValues.tls" .) -}}
@@ -190,10 +245,10 @@ key and the fix. Called from NOTES.txt and from the operator's Deployment, so it
 {{- $ids := dict -}}
 {{- $clouds := dict -}}
 {{- range $c := .Values.clouds -}}
-{{- if hasKey $clouds $c.name -}}
-clouds: cloud {{ $c.name | quote }} appears twice; give each cloud its own name.
+{{- if hasKey $clouds (lower (toString $c.name)) -}}
+clouds: cloud {{ $c.name | quote }} appears twice (names are compared lower-cased: they name Kubernetes objects); give each cloud its own name.
 {{ end -}}
-{{- $_ := set $clouds $c.name true -}}
+{{- $_ := set $clouds (lower (toString $c.name)) true -}}
 {{- $names := dict -}}
 {{- range $r := $c.routers -}}
 {{- if hasKey $ids (toString $r.id) -}}
@@ -207,6 +262,57 @@ clouds[{{ $c.name }}].routers: router id {{ $r.id }} is used twice; router ids a
 clouds[{{ $c.name }}].links: link {{ $l.a }}-{{ $l.b }} names a router the cloud does not have.
 {{ end -}}
 {{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+Names that become Kubernetes object names and labels (docs/kubernetes.md, "Names"): DNS-1123 labels
+once lower-cased (values.schema.json refuses others first; this says so again when the schema is
+skipped), and no derived name over its limit -- 63 characters for a Service or a label value, 52
+for a StatefulSet (its pods' `-N` suffix and the controller-revision-hash label `<name>-<hash>`
+must still fit in 63). Names are never truncated silently: two clouds would share objects.
+*/}}
+{{- define "gridstat.validateValues.names" -}}
+{{- $dns := "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$" -}}
+{{- $full := include "gridstat.fullname" . -}}
+{{- $fix := "shorten the release name (or set fullnameOverride)" -}}
+{{- range $i, $c := .Values.clouds -}}
+{{- $n := lower (toString $c.name) -}}
+{{- if or (not (regexMatch $dns $n)) (gt (len $n) 63) -}}
+clouds[{{ $i }}].name: {{ $c.name | quote }} is not a DNS-1123 label once lower-cased (at most 63 letters, digits and '-', starting and ending with a letter or digit): it names the cloud's broker and router objects.
+{{ end -}}
+{{- range $role := list "broker" "router" -}}
+{{- $name := printf "%s-%s-%s" $full $role $n -}}
+{{- if gt (len $name) 52 -}}
+clouds[{{ $i }}].name: cloud {{ $c.name | quote }} makes the StatefulSet name {{ $name | quote }} {{ len $name }} characters long, over the 52 a StatefulSet may have (pod names add -N, the controller-revision-hash label -<hash>, within 63); {{ $fix }} or the cloud name.
+{{ end -}}
+{{- end -}}
+{{- range $j, $r := $c.routers -}}
+{{- if not (regexMatch $dns (lower (toString $r.name))) -}}
+clouds[{{ $i }}].routers[{{ $j }}].name: {{ $r.name | quote }} is not a DNS-1123 label once lower-cased (letters, digits and '-', starting and ending with a letter or digit).
+{{ end -}}
+{{- end -}}
+{{- end -}}
+{{- if .Values.parent.enabled -}}
+{{- $p := lower (toString .Values.parent.name) -}}
+{{- if not (regexMatch $dns $p) -}}
+parent.name: {{ .Values.parent.name | quote }} is not a DNS-1123 label once lower-cased (letters, digits and '-', starting and ending with a letter or digit).
+{{ end -}}
+{{- $name := printf "%s-parent" $full -}}
+{{- if gt (len $name) 52 -}}
+parent.enabled: the parent's StatefulSet name {{ $name | quote }} is {{ len $name }} characters long, over the 52 a StatefulSet may have; {{ $fix }}.
+{{ end -}}
+{{- end -}}
+{{- with .Values.utility -}}
+{{- if or (not (regexMatch $dns (lower (toString .)))) (gt (len (toString .)) 63) -}}
+utility: {{ . | quote }} is not a DNS-1123 label once lower-cased (at most 63 letters, digits and '-'): it is the label gridstat.io/utility.
+{{ end -}}
+{{- end -}}
+{{- range $role := list (list "admission" "admission" .Values.admission.enabled) (list "operator" "operator" .Values.operator.enabled) (list "condensation-host" "condensationHost" .Values.condensationHost.enabled) -}}
+{{- $name := printf "%s-%s" $full (index $role 0) -}}
+{{- if and (index $role 2) (gt (len $name) 63) -}}
+{{ index $role 1 }}.enabled: the {{ index $role 0 }} object name {{ $name | quote }} is {{ len $name }} characters long, over the 63 of a Service name or label value; {{ $fix }}.
+{{ end -}}
 {{- end -}}
 {{- end -}}
 

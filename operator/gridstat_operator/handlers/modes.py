@@ -32,9 +32,7 @@ async def mode_reconcile(
         retry: int,
         memo: kopf.Memo,
         mode_index: kopf.Index[str, plan.ModeRef] | None = None,
-        subscription_index: kopf.Index[str,
-        tuple[str,
-        dict[str, str]]] | None = None,
+        subscription_index: kopf.Index[str, plan.SubscriptionRef] | None = None,
         **_: Any,
 ) -> None:
     """When a Mode is created or changed, or found at start-up: define it at the brokers."""
@@ -51,9 +49,7 @@ async def mode_refresh(
         patch: kopf.Patch,
         memo: kopf.Memo,
         mode_index: kopf.Index[str, plan.ModeRef] | None = None,
-        subscription_index: kopf.Index[str,
-        tuple[str,
-        dict[str, str]]] | None = None,
+        subscription_index: kopf.Index[str, plan.SubscriptionRef] | None = None,
         **_: Any,
 ) -> None:
     """Every few seconds: refresh current / subscriptions / selected (define again if not Ready)."""
@@ -92,7 +88,7 @@ async def reconcile(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, mode_in
     ref = plan.mode_ref(body)
     b = common.brokers(memo)
     subs = subscription_index.get(namespace, []) if subscription_index is not None else []
-    selected = sorted(n for n, labels in subs if plan.selects(ref, n, labels))
+    selected = sorted(s.name for s in subs if plan.selects(ref, s.name, s.labels))
     clash = plan.mode_clash(ref, mode_index.get(namespace, []) if mode_index is not None else [])
     if clash is not None:
         ready = Condition(conditions.READY, False, "ModeIdClash",

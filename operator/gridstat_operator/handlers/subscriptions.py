@@ -1,6 +1,8 @@
 """Subscription resources -> leaf-broker subscriptions (Subscribe, ChangeSubscription, Unsubscribe).
 
-Created, changed or found at start-up, a Subscription is reconciled: the planner computes what
+Created (or found at start-up without a status), a Subscription first gets a ``Pending`` status
+naming its broker, before any broker call (``subscription_pending``). Created, changed or found at
+start-up, it is reconciled: the planner computes what
 the broker should hold (one broker subscription per variable, with QoS in each of its modes), the
 installer makes the difference all-or-nothing, and one status write reports ``Admitted``,
 ``Ready`` and ``Degraded`` with the paths. A timer re-reconciles when the Modes that pick the
@@ -33,15 +35,33 @@ def mode_index(*, namespace: str | None, body: kopf.Body, **_: Any) -> dict[str,
 
 
 @kopf.index(G, P)
-def subscription_index(
+def subscription_index(*, namespace: str | None, body: kopf.Body, **_: Any) -> dict[str, plan.SubscriptionRef]:
+    """Every Subscription's name, labels and mode QoS by namespace, for the Modes that select them
+    and for an ActiveMode's switch plan."""
+    return {namespace or "": plan.subscription_ref(body)}
+
+
+@kopf.on.resume(G, P)
+@kopf.on.create(G, P)
+async def subscription_pending(
         *,
-        name: str,
-        namespace: str | None,
-        labels: kopf.Labels,
+        body: kopf.Body,
+        patch: kopf.Patch,
+        memo: kopf.Memo,
         **_: Any,
-) -> dict[str, tuple[str, dict[str, str]]]:
-    """Every Subscription's name and labels by namespace, for the Modes that select them."""
-    return {namespace or "": (name, dict(labels))}
+) -> None:
+    """When a Subscription without status is created or found: write ``Pending`` at once (kopf
+    persists it before ``subscription_reconcile`` runs), naming the broker it waits for."""
+    spec = body.get("spec") or {}
+    if (body.get("status") or {}).get("conditions") or common.paused(body):
+        return
+    b = common.brokers(memo)
+    try:
+        address = b.leaf(spec.get("cloud", ""))
+    except brokering.BrokerRefused:
+        return  # subscription_reconcile reports the unknown cloud
+    cloud = spec.get("cloud") or b.config.default_cloud
+    conditions.write_status(patch, body, plan.pending_conditions(address, cloud), cloud=cloud, broker=address)
 
 
 @kopf.on.resume(G, P)
@@ -76,6 +96,8 @@ async def subscription_check(
     the drift check interval has passed."""
     if not body.get("status") or common.paused(body):
         return
+    if (conditions.condition(body, conditions.READY) or {}).get("reason") == "Pending":
+        return  # not reconciled yet: subscription_reconcile is on it
     uid = str(body.metadata.uid)
     checked: dict[str, float] = memo.setdefault("checked", {})
     due = time.monotonic() - checked.get(uid, 0.0) >= common.brokers(memo).config.drift_check_s
@@ -164,7 +186,9 @@ async def reconcile(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, mode_in
     fields: dict[str, Any] = {"cloud": cloud, "broker": address, "desiredFingerprint": plan.fingerprint(desired),
                               "modes": [q.as_status() for q in desired[0].qos]}
     try:
-        actual = await installer.actual(spec["subscriber"], prefix)
+        # One attempt: a broker that does not answer shows in status after one deadline, not after
+        # several; kopf retries with backoff (docs/kubernetes.md, "Subscriptions").
+        actual = await installer.actual(spec["subscriber"], prefix, attempts=1)
         steps = plan.plan_subscription(desired, actual)
         outcome = (installing.Outcome(actual=actual) if steps.empty else
                    await installer.apply(steps, subscriber=spec["subscriber"], prefix=prefix))

@@ -225,6 +225,10 @@ class LeafBroker(SegmentsMixin, ModesMixin, FloodingMixin, CondensationMixin):
         if not 1 <= ep.router_id < 1_000_000:
             raise ValidationError(f"router id {ep.router_id} must be 1..999999 (client ids start at 1000000)",
                                   field="router.router_id")
+        held = self.state.endpoints.get(ep.name)
+        if held is not None:
+            await self._readdress_router(held, ep, role)
+            return
         if any(e.router_id == ep.router_id for e in self.state.endpoints.values()):
             raise ValidationError(f"router id {ep.router_id} is taken", field="router.router_id")
         async with self.lock:
@@ -236,6 +240,36 @@ class LeafBroker(SegmentsMixin, ModesMixin, FloodingMixin, CondensationMixin):
             self.resources_version += 1
             with self.store.transaction():
                 self.store.put_router(ep, role.value, capacity_eps)
+        await self.supervisor.check(ep.name)
+
+    async def _readdress_router(self, held: RouterEndpoint, ep: RouterEndpoint, role: RouterRole) -> None:
+        """A registered router announced again, maybe at a new address (a rescheduled pod,
+        docs/kubernetes.md#what-gets-installed): its paths stay; its link and its neighbours'
+        channels move to the new address, and the supervisor rebuilds it there."""
+        router = self.state.topology.routers[ep.name]
+        if held.router_id != ep.router_id:
+            raise ValidationError(f"router {ep.name!r} is registered with id {held.router_id}, not {ep.router_id}",
+                                  field="router.router_id")
+        if router.role is not role:
+            raise ValidationError(f"router {ep.name!r} is registered as {router.role.value}, not {role.value}",
+                                  field="router.role")
+        if (held.control_address, held.event_host, held.event_port) == \
+                (ep.control_address, ep.event_host, ep.event_port):
+            return
+        async with self.lock:
+            self.state.endpoints[ep.name] = ep
+            old = self.links.get(ep.name)
+            self.links[ep.name] = self._new_link(ep)
+            self.state.down.add(ep.name)
+            self.resources_version += 1
+            with self.store.transaction():
+                self.store.put_router(ep, role.value, router.capacity_eps)
+        log.info("broker %s: router %s moved to %s:%d", self.name, ep.name, ep.event_host, ep.event_port)
+        if old is not None:
+            await old.close()
+        topo = self.state.topology
+        for neighbour in {*topo.out_channels(ep.name), *topo.in_channels(ep.name)}:
+            self.supervisor.mark_dirty(neighbour)
         await self.supervisor.check(ep.name)
 
     async def remove_router(self, name: str) -> None:

@@ -16,6 +16,33 @@ from .netns import Lab, run
 from .procs import ChaosError
 
 
+def replace_table(ns: str, table: str, hook: str, rule: str) -> None:
+    """nftables table ``table`` in namespace ``ns`` with one filter chain on ``hook`` holding ``rule``
+    (replaces an earlier table of that name)."""
+    delete_table(ns, table)
+    run("nft", "-f", "-", ns=ns, stdin=f"table ip {table} {{\n chain c {{\n type filter hook {hook} priority 0; "
+                                          f"policy accept;\n {rule}\n }}\n}}\n")
+
+
+def delete_table(ns: str, table: str) -> None:
+    """Remove nftables table ``table`` from namespace ``ns`` (nothing if it is not there)."""
+    with contextlib.suppress(ChaosError):
+        run("nft", "delete", "table", "ip", table, ns=ns)
+
+
+def table_counter(ns: str, table: str) -> int:
+    """Packets the first counter of ``table`` in ``ns`` counted (0 without one)."""
+    found = re.search(r"counter packets (\d+)", run("nft", "list", "table", "ip", table, ns=ns))
+    return int(found.group(1)) if found else 0
+
+
+def loss_rule(dev: str, loss: float) -> str:
+    """A prerouting rule dropping UDP arriving on ``dev`` with probability ``loss`` (0..1), counted."""
+    if loss >= 1.0:  # numgen's range is 0..999: "< 1000" is refused
+        return f"iifname \"{dev}\" meta l4proto udp counter drop"
+    return f"iifname \"{dev}\" meta l4proto udp numgen random mod 1000 < {round(loss * 1000)} counter drop"
+
+
 class FaultLab(Lab):
     """A ``Lab`` whose links can also be made lossy, duplicating and rate-limited."""
 
@@ -23,10 +50,7 @@ class FaultLab(Lab):
         return f"gridstat_{self.dev(a, b).replace('-', '_')}"
 
     def _nft(self, ns: str, table: str, hook: str, rule: str) -> None:
-        with contextlib.suppress(ChaosError):
-            run("nft", "delete", "table", "ip", table, ns=ns)
-        run("nft", "-f", "-", ns=ns, stdin=f"table ip {table} {{\n chain c {{\n type filter hook {hook} priority 0; "
-                                              f"policy accept;\n {rule}\n }}\n}}\n")
+        replace_table(ns, table, hook, rule)
 
     def impair(self, a: str, b: str, *, loss: float = 0.0, duplicate: float = 0.0) -> None:
         """UDP from ``a`` to ``b`` over their link: duplicated with probability ``duplicate`` as it leaves
@@ -38,23 +62,19 @@ class FaultLab(Lab):
         self._nft(na.ns, self._table(a, b), "output", f"oifname \"{self.dev(a, b)}\" meta l4proto udp meta mark != "
                   f"0x6773 numgen random mod 1000 < {round(duplicate * 1000)} meta mark set 0x6773 counter "
                   f"dup to {nb.addr} device \"{self.dev(a, b)}\"")
-        self._nft(nb.ns, self._table(b, a), "prerouting", f"iifname \"{self.dev(b, a)}\" meta l4proto udp numgen "
-                  f"random mod 1000 < {round(loss * 1000)} counter drop")
+        self._nft(nb.ns, self._table(b, a), "prerouting", loss_rule(self.dev(b, a), loss))
 
     def counters(self, a: str, b: str) -> dict[str, int]:
         """Packets the impairment of ``a``->``b`` duplicated and dropped so far."""
         counts = {}
         for what, x, y in (("duplicated", a, b), ("dropped", b, a)):
-            text = run("nft", "list", "table", "ip", self._table(x, y), ns=self.nodes[x].ns)
-            found = re.search(r"counter packets (\d+)", text)
-            counts[what] = int(found.group(1)) if found else 0
+            counts[what] = table_counter(self.nodes[x].ns, self._table(x, y))
         return counts
 
     def clear(self, a: str, b: str) -> None:
         """Remove the impairment and the rate limit of ``a``->``b``."""
         for x, y in ((a, b), (b, a)):
-            with contextlib.suppress(ChaosError):
-                run("nft", "delete", "table", "ip", self._table(x, y), ns=self.nodes[x].ns)
+            delete_table(self.nodes[x].ns, self._table(x, y))
         with contextlib.suppress(ChaosError):
             run("tc", "qdisc", "del", "dev", self.dev(a, b), "root", ns=self.nodes[a].ns)
 

@@ -3,6 +3,9 @@
 
 Each scenario starts its own routers, leaf broker (and admission controller), injects one fault
 and prints a table of invariants; the exit status is 0 when every invariant held.
+
+``--kube`` runs the ``kube-*`` scenarios instead against a Helm release's pods (``--namespace``,
+``--release``, optionally ``--kubeconfig``; kubectl on PATH): chaos.kube_scenarios.
 """
 
 from __future__ import annotations
@@ -14,8 +17,16 @@ from gridstat.errors import ValidationError
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
-    sub.add_parser("list", help="the scenarios and what each checks")
+    listing = sub.add_parser("list", help="the scenarios and what each checks")
+    listing.add_argument("--kube", action="store_true", help="the kube-* scenarios (against a Helm release)")
     run = sub.add_parser("run", help="run scenarios and print their invariant tables")
+    run.add_argument("--kube", action="store_true",
+                     help="run kube-* scenarios against the pods of a Helm release (kubectl; kube-router-kill and "
+                          "kube-path-loss act from the node and need root there)")
+    run.add_argument("--kubeconfig", default="", metavar="PATH", help="with --kube: kubectl's kubeconfig "
+                                                                      "(default: kubectl's own, $KUBECONFIG)")
+    run.add_argument("--namespace", default="", metavar="NS", help="with --kube: the release's namespace")
+    run.add_argument("--release", default="", metavar="NAME", help="with --kube: the Helm release name")
     run.add_argument("scenario", nargs="+", help="scenario names, or 'all'")
     run.add_argument("--seconds", type=float, default=2.0,
                      help="how long each fault lasts (a router dead or stopped, traffic impaired); 0.5..60")
@@ -55,6 +66,8 @@ def run(args: argparse.Namespace) -> int:
         print()
         print(soaking.report(result))
         return 0 if result.ok else 1
+    if getattr(args, "kube", False):
+        return _run_kube(args)
     if args.action == "list":
         width = max(len(n) for n in scenarios.SCENARIOS)
         for name, (_, text) in scenarios.SCENARIOS.items():
@@ -70,6 +83,38 @@ def run(args: argparse.Namespace) -> int:
     failed = 0
     for name in names:
         outcome = scenarios.run(name, args.seconds, auth=args.auth)
+        print(checks.table(outcome), flush=True)
+        print()
+        failed += not outcome.ok
+    return 1 if failed else 0
+
+
+def _run_kube(args: argparse.Namespace) -> int:
+    from gridstat.chaos import checks, kube, kube_scenarios
+
+    scenarios = kube_scenarios.SCENARIOS
+    if args.action == "list":
+        width = max(len(n) for n in scenarios)
+        for name, (_, text) in scenarios.items():
+            print(f"{name.ljust(width)}  {text}")
+        return 0
+    if args.auth:
+        raise ValidationError("--auth is for the local scenarios; a release's channel auth is its values' choice",
+                              field="auth")
+    if not args.namespace or not args.release:
+        raise ValidationError("--kube needs --namespace NS and --release NAME", field="release")
+    names = list(scenarios) if args.scenario == ["all"] else args.scenario
+    unknown = [n for n in names if n not in scenarios]
+    if unknown:
+        raise ValidationError(f"unknown kube scenario(s) {', '.join(unknown)}; 'gridstat chaos list --kube' names "
+                              "them", field="scenario")
+    if not 0.5 <= args.seconds <= 60:
+        raise ValidationError(f"--seconds must be within 0.5..60, got {args.seconds}", field="seconds")
+    target = kube.KubeTarget(kube.Kubectl(args.namespace, kubeconfig=args.kubeconfig), args.release)
+    target.check()
+    failed = 0
+    for name in names:
+        outcome = kube_scenarios.run(name, target, args.seconds)
         print(checks.table(outcome), flush=True)
         print()
         failed += not outcome.ok

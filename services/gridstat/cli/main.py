@@ -27,6 +27,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "mode": ("gridstat.cli.mode", "operating modes: 'gridstat mode list|define|change'"),
     "flood": ("gridstat.cli.flood", "limited flooding of variables: 'gridstat flood set|remove|list'"),
     "routes": ("gridstat.cli.routes", "a router's route table and channels: 'gridstat routes ROUTER'"),
+    "publish": ("gridstat.cli.publish", "a long-running publisher (a PMU): register through the edge router, "
+                                        "publish periodic values, print stats lines"),
+    "subscribe": ("gridstat.cli.subscribe", "a long-running subscriber: register (and with --admit subscribe) "
+                                            "through the edge router, count what arrives, print stats lines"),
     "archive": ("gridstat.cli.archive", "archive status variables to Kafka (the historian path for analysts)"),
     "analyze": ("gridstat.cli.analyze", "capacity model of a broker tree: routing tables, message rates, break-even"),
     "chaos": ("gridstat.cli.chaos", "the chaos suite: 'gridstat chaos list|run SCENARIO' (real processes)"),

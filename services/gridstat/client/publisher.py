@@ -79,6 +79,18 @@ class PublicationHandle:
         return ts
 
 
+def source_address(host: str) -> str:
+    """The local IPv4 address the kernel picks to reach ``host`` (no packet is sent)."""
+    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        probe.connect((host, 9))
+        return str(probe.getsockname()[0])
+    except OSError:
+        return "127.0.0.1"
+    finally:
+        probe.close()
+
+
 class Publisher:
     """A publisher's client: one non-blocking UDP socket towards its edge router's event port."""
 
@@ -139,10 +151,27 @@ class Publisher:
         if self._state != "new":
             return
         sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        sock.bind(("127.0.0.1", 0))
+        # The local address the kernel would use towards the edge router: 127.0.0.1 for an edge on
+        # this host, the pod's own address in a cluster; never every interface.
+        sock.bind((source_address(self.edge[0]), 0))
         sock.setblocking(False)
         self._sock = sock
         self._state = "started"
+
+    async def refresh_edge(self) -> bool:
+        """Ask the edge router again where its events go and send there from now on; True when it
+        moved (a restarted edge router pod comes back at a new address, docs/kubernetes.md#upgrades).
+        Needs a publisher made by ``connect``; its client id stays (``first_time=False``)."""
+        if self.session is None:
+            raise ValidationError(f"publisher {self.name} has no edge session; use Publisher.connect",
+                                  field="session")
+        _, event_address = await self.session.register_publisher(self.name, first_time=False)
+        if event_address == self.edge:
+            return False
+        self.edge = event_address
+        key = self.session.channel_keys.get(("publisher", self.name))
+        self.key = wire.check_key(key) if key else None
+        return True
 
     async def stop(self) -> None:
         if self._state == "started" and self._sock is not None:

@@ -90,6 +90,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tracemalloc", action="store_true",
                    help="trace the Python heap (tracemalloc) and report it in GetStats; for soaks only: "
                         "every allocation gets slower")
+    p.add_argument("--healthz-max-age-ms", type=int, default=telemetry.DEFAULT_HEALTHZ_MAX_AGE_MS,
+                   help="/healthz on the metrics port answers 503 once the router's loop heartbeat is older "
+                        "than this (at least three ping intervals); a livenessProbe restarts a wedged router")
     p.add_argument("--log-level", default="WARNING")
     telemetry.add_arguments(p)
 
@@ -117,6 +120,8 @@ async def _run(args: argparse.Namespace) -> None:
         grpclog.tap_stderr()  # refused TLS handshakes -> gridstat_tls_handshakes_refused_total
     elif args.tls_client_ca:
         raise ValidationError("--tls-client-ca needs --tls-cert and --tls-key", field="tls_cert")
+    if args.healthz_max_age_ms <= 0:
+        raise ValidationError("--healthz-max-age-ms must be positive", field="healthz_max_age_ms")
     proxy = _proxy(args, config)
     router = StatusRouter(config)
     await router.start()

@@ -172,6 +172,8 @@ class StatusRouter:
         self._notice_at = 0.0
         #: Shed notices sent, by reason and action ("cpu_overload/shed", "link_overload/dropped", ...).
         self.notices: Counter[str] = Counter()
+        #: time.monotonic() of the liveness task's last round: /healthz's measure of the loop's progress.
+        self.heartbeat = time.monotonic()
 
     # -- lifecycle ------------------------------------------------------------
     @property
@@ -197,6 +199,7 @@ class StatusRouter:
         self._sock = sock
         self._sendto = sock.sendto
         self._loop.add_reader(sock.fileno(), self._on_readable)
+        self.heartbeat = time.monotonic()
         self._tasks.append(create_guarded_task(self._liveness(), name=f"{self.config.name}-liveness"))
         self._tasks.append(create_guarded_task(self._overload(), name=f"{self.config.name}-overload"))
         log.info("router %s (%s, %s) listening on %s:%d", self.config.name, self.config.role.value,
@@ -446,6 +449,8 @@ class StatusRouter:
         interval = self.config.ping_interval_ms / 1000
         while True:
             await asyncio.sleep(interval)
+            # One clock read per round, off the event path: the loop ran within `interval` of it.
+            self.heartbeat = time.monotonic()
             now_ms = time.time_ns() // 1_000_000
             if self._staged:
                 self.expire_staged()
@@ -659,6 +664,20 @@ class StatusRouter:
                 except OSError:
                     ch.stats.drops[DropReason.SEND_ERROR.value] += 1
         return told
+
+    def health(self, max_age_s: float) -> tuple[bool, str]:
+        """Is the router's loop making progress? (the router's /healthz, telemetry.serving)
+
+        The liveness task stamps ``heartbeat`` every ping interval; a stamp older than
+        ``max_age_s`` (at least three ping intervals) means the loop stalled or that task died.
+        """
+        if not self._started or self._closed:
+            return False, "router is not running"
+        limit = max(max_age_s, 3 * self.config.ping_interval_ms / 1000)
+        age = time.monotonic() - self.heartbeat
+        if age > limit:
+            return False, f"loop heartbeat is {age:.1f} s old (limit {limit:.1f} s): the router's loop is stuck"
+        return True, f"loop heartbeat {age * 1000:.0f} ms ago"
 
     def uptime_s(self) -> float:
         return time.monotonic() - self._clock.started_monotonic

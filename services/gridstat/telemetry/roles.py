@@ -31,10 +31,12 @@ from . import metrics
 from .exporting import ExporterConfig, TelemetryExporter
 from .recording import BrokerRecorder
 from .sampling import BrokerModeSampler, Reporter, RouterSampler, Sampler, SubscriberLike, SubscriberSampler
-from .serving import MetricsServer
+from .serving import HealthCheck, MetricsServer
 
 #: --metrics-port value that turns the /metrics endpoint off.
 METRICS_OFF = -1
+#: The router's /healthz turns 503 when its loop heartbeat is older than this (--healthz-max-age-ms).
+DEFAULT_HEALTHZ_MAX_AGE_MS = 5000
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -92,6 +94,11 @@ class RoleTelemetry:
     def add_collector(self, collector: Any) -> None:
         self.registry.register(collector)
 
+    def set_health(self, check: HealthCheck) -> None:
+        """What ``/healthz`` on the metrics port answers (serving.MetricsServer); no-op without /metrics."""
+        if self.server is not None:
+            self.server.health = check
+
     async def start(self) -> None:
         if self._started:
             return
@@ -133,6 +140,9 @@ def for_router(router: Any, args: argparse.Namespace) -> RoleTelemetry:
 
     tel.add_sampler(RouterSampler(router.config.name, router.stats, capacities))
     tel.add_collector(metrics.RouterCollector(router.stats, capacities))
+    # /healthz: 503 once the router's loop heartbeat is older than --healthz-max-age-ms (a wedged loop)
+    max_age_s = getattr(args, "healthz_max_age_ms", DEFAULT_HEALTHZ_MAX_AGE_MS) / 1000
+    tel.set_health(lambda: router.health(max_age_s))
     return tel
 
 

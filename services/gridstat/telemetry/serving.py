@@ -4,6 +4,13 @@
 live counters, which only the event loop may touch consistently. So this tiny HTTP/1.1 server
 (GET only, one request per connection, bounded header size and time) runs on the loop and
 calls ``generate_latest`` there. A scrape of a router costs well under a millisecond.
+
+``/healthz`` answers 200 while the role's ``health`` check (if it has one) says it makes
+progress, 503 with the check's reason otherwise: the router's check is the age of its loop
+heartbeat (``StatusRouter.health``), so a Kubernetes livenessProbe on it restarts a router whose
+loop is wedged, which a TCP probe of the control port (accepted by gRPC's own threads) cannot
+see (docs/kubernetes.md). Being served by the same event loop, the endpoint cannot answer at all
+while the loop is blocked, which the probe's timeout also counts as a failure.
 """
 
 from __future__ import annotations
@@ -11,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
@@ -22,15 +30,21 @@ log = logging.getLogger(__name__)
 MAX_HEAD_BYTES = 8192
 HEAD_TIMEOUT_S = 5.0
 
+#: A role's health check: (healthy, one line saying why).
+HealthCheck = Callable[[], tuple[bool, str]]
+
 
 class MetricsServer:
     """Serves ``registry`` at ``http://host:port/metrics``; ``port`` 0 picks a free port."""
 
-    def __init__(self, registry: CollectorRegistry, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, registry: CollectorRegistry, host: str = "127.0.0.1", port: int = 0,
+                 health: HealthCheck | None = None) -> None:
         self.registry = registry
         self.host, self._port = host, port
         self._server: asyncio.Server | None = None
         self.scrapes = 0
+        #: ``/healthz``'s check; None: always 200 while the server answers.
+        self.health = health
 
     @property
     def port(self) -> int:
@@ -70,8 +84,10 @@ class MetricsServer:
                 except Exception:  # a collector bug must not take the role down
                     log.exception("metrics scrape failed")
                     status, ctype, body = "500 Internal Server Error", "text/plain", b"collector failed\n"
-            elif path in (b"/", b"/healthz"):
-                status, ctype, body = "200 OK", "text/plain", b"ok: metrics at /metrics\n"
+            elif path == b"/healthz":
+                status, ctype, body = self._healthz()
+            elif path == b"/":
+                status, ctype, body = "200 OK", "text/plain", b"ok: metrics at /metrics, health at /healthz\n"
             else:
                 status, ctype, body = "404 Not Found", "text/plain", b"not found\n"
             writer.write(f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
@@ -85,3 +101,14 @@ class MetricsServer:
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
+
+    def _healthz(self) -> tuple[str, str, bytes]:
+        if self.health is None:
+            return "200 OK", "text/plain", b"ok\n"
+        try:
+            healthy, reason = self.health()
+        except Exception as exc:  # a broken check is an unhealthy role, not a crashed server
+            log.exception("health check failed")
+            healthy, reason = False, f"health check failed: {exc}"
+        status = "200 OK" if healthy else "503 Service Unavailable"
+        return status, "text/plain", f"{'ok' if healthy else 'unhealthy'}: {reason}\n".encode()

@@ -15,6 +15,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -46,12 +47,20 @@ def helm(env: dict[str, str], *args: str, kubeconfig: Path | None = None,
     return proc
 
 
-def render(env: dict[str, str], *values: Path, namespace: str = "grid", crds: bool = False) -> list[dict]:
+def render(env: dict[str, str], *values: Path, namespace: str = "grid", crds: bool = False,
+           extra: tuple[str, ...] = ()) -> list[dict]:
     args = ["template", "rel", str(CHART), "--namespace", namespace, "--kube-version", K8S_VERSION]
     args += [a for v in values for a in ("-f", str(v))]
     if crds:
         args.append("--include-crds")
-    return [d for d in yaml.safe_load_all(helm(env, *args).stdout) if d]
+    return [d for d in yaml.safe_load_all(helm(env, *args, *extra).stdout) if d]
+
+
+def write_values(tmp_path: Path, name: str, values: dict[str, Any]) -> Path:
+    """A values file in JSON (valid YAML): every string quoted, so `y` stays a string for Helm."""
+    path = tmp_path / name
+    path.write_text(json.dumps(values))
+    return path
 
 
 def test_helm_lint_passes_with_defaults_and_with_every_part_on(tools: dict[str, str]) -> None:
@@ -79,16 +88,19 @@ def test_one_workload_per_role_with_probes_pdbs_policies_and_least_privilege(too
     assert workloads == {"rel-gridstat-broker-a": "StatefulSet", "rel-gridstat-broker-b": "StatefulSet",
                          "rel-gridstat-router-a": "StatefulSet", "rel-gridstat-router-b": "StatefulSet",
                          "rel-gridstat-parent": "StatefulSet", "rel-gridstat-operator": "Deployment",
-                         "rel-gridstat-condensation-host": "Deployment"}
+                         "rel-gridstat-condensation-host": "Deployment", "rel-gridstat-admission": "Deployment"}
     for d in docs:
         if d["kind"] in ("StatefulSet", "Deployment") and "condensation" not in d["metadata"]["name"]:
             c = d["spec"]["template"]["spec"]["containers"][0]
             assert "livenessProbe" in c and "readinessProbe" in c, d["metadata"]["name"]
             assert all(c["securityContext"]["readOnlyRootFilesystem"] is True
                        for c in d["spec"]["template"]["spec"]["containers"])
-    assert sum(k == "PodDisruptionBudget" for k, _ in kinds) == 5
-    # default deny, brokers, routers, edge proxies, operator, condensation host
-    assert sum(k == "NetworkPolicy" for k, _ in kinds) == 6
+    # leaf brokers and routers per cloud, the parent, the admission controller, the operator
+    assert sorted(n for k, n in kinds if k == "PodDisruptionBudget") == [
+        "rel-gridstat-admission", "rel-gridstat-broker-a", "rel-gridstat-broker-b", "rel-gridstat-operator",
+        "rel-gridstat-parent", "rel-gridstat-router-a", "rel-gridstat-router-b"]
+    # default deny, brokers, routers, edge proxies, admission, operator, condensation host
+    assert sum(k == "NetworkPolicy" for k, _ in kinds) == 7
     (role,) = [d for d in docs if d["kind"] == "Role"]
     resources = {r for rule in role["rules"] for r in rule["resources"]}
     assert "secrets" not in resources and "pods" not in resources
@@ -210,7 +222,7 @@ def test_tls_channel_auth_and_policy_render_flags_and_mounts(tools: dict[str, st
     plain = render(tools)
     assert not any(d["kind"] == "ConfigMap" and d["metadata"]["name"] == "rel-gridstat-policy" for d in plain)
     text = yaml.safe_dump_all(plain)
-    assert "--channel-auth" not in text and "--policy" not in text and "--tls-" not in text
+    assert "--channel-auth" not in text and "--policy=/" not in text and "--tls-" not in text
     bad = helm(tools, "template", "rel", str(CHART), "--set", "dataPlaneAuth.enabled=true", check=False)
     assert bad.returncode != 0 and "dataPlaneAuth.secretName" in bad.stderr
 
@@ -237,8 +249,14 @@ def test_network_policies_open_only_each_planes_traffic(tools: dict[str, str]) -
     routers = rules("routers")
     assert set(routers) == {("events", "UDP"), ("control", "TCP"), ("metrics", "TCP")}
     assert [components(p) for p in routers[("control", "TCP")]] == [{"broker", "parent"}]  # brokers only
-    assert components(routers[("events", "UDP")][0]) == {"router", "condensation-host"}
-    assert "namespaceSelector" in routers[("events", "UDP")][1]  # the clients' namespaces
+    # events: by default only from pods of the release namespace (its routers, condensation host and
+    # clients), no other namespace; the edge proxies likewise
+    assert routers[("events", "UDP")] == [{"podSelector": {}}]
+    assert rules("edge-proxies")[("control", "TCP")] == [{"podSelector": {}}]
+    admission = rules("admission")
+    assert set(admission) == {("grpc", "TCP"), ("metrics", "TCP")}
+    assert [components(p) for p in admission[("grpc", "TCP")]] == [{"broker"}]  # the leaf brokers only
+    assert admission[("grpc", "TCP")][0]["podSelector"]["matchLabels"]["app.kubernetes.io/instance"] == "rel"
     edges = policies["edge-proxies"]
     (names,) = [e["values"] for e in edges["podSelector"]["matchExpressions"]
                 if e["key"] == "statefulset.kubernetes.io/pod-name"]
@@ -247,9 +265,255 @@ def test_network_policies_open_only_each_planes_traffic(tools: dict[str, str]) -
     assert set(rules("condensation-host")) == {("*", "UDP")}
     assert components(rules("condensation-host")[("*", "UDP")][0]) == {"router"}
     assert set(rules("operator")) == {("health", "TCP")}
-    for name in ("brokers", "routers"):
+    for name in ("brokers", "routers", "admission"):
         (metrics,) = rules(name)[("metrics", "TCP")]
         assert set(metrics) == {"namespaceSelector"}
+
+
+def test_clients_of_other_namespaces_reach_the_routers_only_when_opted_in(tools: dict[str, str],
+                                                                          tmp_path: Path) -> None:
+    def peers(docs: list[dict[str, Any]], policy: str, port: str) -> list[dict[str, Any]]:
+        (spec,) = [d["spec"] for d in docs if d["kind"] == "NetworkPolicy" and d["metadata"]["name"] == policy]
+        return next(r["from"] for r in spec["ingress"] if r["ports"][0].get("port") == port)
+
+    selector = {"matchLabels": {"gridstat.io/clients": "pacific"}}
+    chosen = render(tools, write_values(tmp_path, "sel.yaml", {"networkPolicy": {"clientNamespaceSelector": selector}}))
+    assert peers(chosen, "rel-gridstat-routers", "events") == [{"podSelector": {}}, {"namespaceSelector": selector}]
+    assert peers(chosen, "rel-gridstat-edge-proxies", "control") == [{"podSelector": {}},
+                                                                      {"namespaceSelector": selector}]
+    anyns = render(tools, write_values(tmp_path, "any.yaml", {"networkPolicy": {"clientNamespaceSelector": {}}}))
+    assert peers(anyns, "rel-gridstat-routers", "events") == [{"podSelector": {}}, {"namespaceSelector": {}}]
+
+
+def test_names_that_are_not_dns_labels_are_refused_with_the_field_named(tools: dict[str, str],
+                                                                       tmp_path: Path) -> None:
+    for bad in ("North_A", "West.Coast", "-a", "a-"):
+        values = write_values(tmp_path, "bad.yaml", {"clouds": [
+            {"name": bad, "routers": [{"name": "e1", "id": 1, "role": "edge"}]}]})
+        proc = helm(tools, "template", "rel", str(CHART), "-f", str(values), check=False)
+        assert proc.returncode != 0 and "/clouds/0/name" in proc.stderr and bad in proc.stderr, (bad, proc.stderr)
+        # without the schema (--skip-schema-validation), gridstat.validateValues says it in words
+        proc = helm(tools, "template", "rel", str(CHART), "-f", str(values), "--skip-schema-validation", check=False)
+        assert proc.returncode != 0 and "VALUES VALIDATION" in proc.stderr, proc.stderr
+        assert f'clouds[0].name: "{bad}" is not a DNS-1123 label once lower-cased' in proc.stderr, proc.stderr
+    values = write_values(tmp_path, "names.yaml", {
+        "utility": "Pacific_Grid", "parent": {"enabled": True, "name": "north.region"},
+        "clouds": [{"name": "A", "routers": [{"name": "e_1", "id": 1, "role": "edge"}]}]})
+    proc = helm(tools, "template", "rel", str(CHART), "-f", str(values), check=False)
+    for field in ("/utility", "/parent/name", "/clouds/0/routers/0/name"):
+        assert field in proc.stderr, (field, proc.stderr)
+    proc = helm(tools, "template", "rel", str(CHART), "-f", str(values), "--skip-schema-validation", check=False)
+    for field in ("utility:", "parent.name:", "clouds[0].routers[0].name:"):
+        assert field in proc.stderr, (field, proc.stderr)
+    # two clouds whose names differ only in case would share every object
+    values = write_values(tmp_path, "case.yaml", {"parent": {"enabled": True}, "clouds": [
+        {"name": "a", "routers": [{"name": "e1", "id": 1, "role": "edge"}]},
+        {"name": "A", "routers": [{"name": "e2", "id": 2, "role": "edge"}]}]})
+    proc = helm(tools, "template", "rel", str(CHART), "-f", str(values), check=False)
+    assert proc.returncode != 0 and 'cloud "A" appears twice' in proc.stderr, proc.stderr
+    # upper case is fine: names are lower-cased into object names (the label keeps the cloud's name)
+    ok = write_values(tmp_path, "ok.yaml", {"clouds": [
+        {"name": "NorthA", "routers": [{"name": "E1", "id": 1, "role": "edge"}]}]})
+    docs = render(tools, ok)
+    assert {"rel-gridstat-broker-northa", "rel-gridstat-router-northa"} <= {d["metadata"]["name"] for d in docs}
+
+
+def test_names_too_long_for_kubernetes_are_refused_with_the_field_and_the_length(tools: dict[str, str],
+                                                                                 tmp_path: Path) -> None:
+    release = "pacific-transmission-ops"  # 24 + "-gridstat" = 33 characters of prefix
+    cloud = {"name": "northwest", "routers": [{"name": "e1", "id": 1, "role": "edge"}]}
+    values = write_values(tmp_path, "long.yaml", {"clouds": [cloud]})
+    proc = helm(tools, "template", release, str(CHART), "-f", str(values), check=False)
+    # "-router-northwest" (17) -> 50 characters: fits in 52
+    assert proc.returncode == 0, proc.stderr
+    cloud["name"] = "northwest-1"  # -> 52: the most a StatefulSet name may have
+    assert helm(tools, "template", release, str(CHART), "-f", str(values), check=False).returncode == 0
+    cloud["name"] = "northwest-12"  # -> 53: its pods' controller-revision-hash label would pass 63
+    values = write_values(tmp_path, "long.yaml", {"clouds": [cloud]})
+    proc = helm(tools, "template", release, str(CHART), "-f", str(values), check=False)
+    assert proc.returncode != 0 and "VALUES VALIDATION" in proc.stderr, proc.stderr
+    assert (f'clouds[0].name: cloud "northwest-12" makes the StatefulSet name "{release}-gridstat-router-northwest-12" '
+            "53 characters long, over the 52") in proc.stderr, proc.stderr
+    # the parent and the single-role objects too
+    values = write_values(tmp_path, "parent.yaml", {"parent": {"enabled": True}, "clouds": [
+        {"name": "a", "routers": [{"name": "e1", "id": 1, "role": "edge"}]}]})
+    long_release = "x" * 53
+    proc = helm(tools, "template", long_release, str(CHART), "-f", str(values), check=False)
+    assert "parent.enabled: the parent's StatefulSet name" in proc.stderr and "69 characters long" in proc.stderr
+    assert f'admission.enabled: the admission object name "{long_release}-gridstat-admission"' in proc.stderr
+
+
+def test_monitoring_objects_only_where_the_cluster_serves_them(tools: dict[str, str]) -> None:
+    on = ("--set", "serviceMonitor.enabled=true", "--set", "prometheusRule.enabled=true")
+    kinds = {d["kind"] for d in render(tools, extra=on)}
+    assert not kinds & {"ServiceMonitor", "PrometheusRule"}  # no Prometheus Operator: skipped, no failure
+    served = ("--api-versions", "monitoring.coreos.com/v1/ServiceMonitor",
+              "--api-versions", "monitoring.coreos.com/v1/PrometheusRule")
+    docs = render(tools, extra=on + served)
+    monitors = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ServiceMonitor"}
+    assert set(monitors) == {"rel-gridstat-broker", "rel-gridstat-router", "rel-gridstat-admission"}
+    assert monitors["rel-gridstat-admission"]["spec"]["selector"]["matchLabels"]["gridstat.io/scrape-job"] == \
+        "gridstat-admission"
+    assert sum(d["kind"] == "PrometheusRule" for d in docs) == 1
+    # served but not enabled: none
+    assert not {d["kind"] for d in render(tools, extra=served)} & {"ServiceMonitor", "PrometheusRule"}
+
+
+def test_extra_args_take_a_flag_and_its_value_as_two_items(tools: dict[str, str], tmp_path: Path) -> None:
+    docs = render(tools, extra=("--set", "router.extraArgs={--busy-poll-us,100}",
+                                "--set", "broker.extraArgs={--admission-deadline-ms,1500}",
+                                "--set", "operator.kopfArgs={--verbose}"))
+    specs = _pod_specs(docs)
+    broker = specs["rel-gridstat-broker-a"]["containers"][0]["args"]
+    assert broker[-2:] == ["--admission-deadline-ms", "1500"]
+    assert specs["rel-gridstat-operator"]["containers"][0]["args"][-1] == "--verbose"
+    (script,) = specs["rel-gridstat-router-a"]["containers"][0]["args"]
+    assert script.endswith(" '--busy-poll-us' '100'"), script
+    # from a values file (numbers are floats there), with words the shell or Kubernetes would change
+    tricky = ["--shape", "sub:ems=1000000:red", "it's $(HOME) \"q\" *", 2.5, True, 1000000]
+    values = write_values(tmp_path, "args.yaml", {"router": {"extraArgs": tricky}, "broker": {"extraArgs": tricky}})
+    specs = _pod_specs(render(tools, values))
+    expected = ["--shape", "sub:ems=1000000:red", "it's $(HOME) \"q\" *", "2.5", "true", "1000000"]
+    broker = specs["rel-gridstat-broker-a"]["containers"][0]["args"]
+    # Kubernetes turns $$ into $: the broker gets each item literally
+    assert [a.replace("$$", "$") for a in broker[-6:]] == expected
+    (script,) = specs["rel-gridstat-router-a"]["containers"][0]["args"]
+    tail = script.split("--healthz-max-age-ms=5000", 1)[1].replace("$$", "$")
+    words = subprocess.run(["sh", "-c", f"printf '%s\\n' {tail}"], capture_output=True, text=True, check=True)
+    assert words.stdout.splitlines() == expected, (tail, words.stdout)
+    # the schema took them all; a newline inside one item is refused (it would end the shell line)
+    bad = write_values(tmp_path, "nl.yaml", {"router": {"extraArgs": ["--a\nb"]}})
+    proc = helm(tools, "template", "rel", str(CHART), "-f", str(bad), check=False)
+    assert proc.returncode != 0 and "/router/extraArgs/0" in proc.stderr
+
+
+def test_secret_names_and_user_strings_stay_strings(tools: dict[str, str], tmp_path: Path) -> None:
+    """A Secret named `y`, `on` or `0123` (YAML 1.1 boolean or octal when unquoted) is rendered quoted."""
+    values = write_values(tmp_path, "secrets.yaml", {
+        "tls": {"enabled": True, "secretName": "on"},
+        "dataPlaneAuth": {"enabled": True, "secretName": "y", "secretKey": "0123"},
+        "broker": {"persistence": {"storageClass": "0777", "size": "1Gi"}},
+        "parent": {"enabled": True, "name": "no"}, "utility": "yes",
+        "clouds": [{"name": "y", "routers": [{"name": "on", "id": 1, "role": "edge"},
+                                             {"name": "0123", "id": 2, "role": "border"}]},
+                   {"name": "n", "routers": [{"name": "off", "id": 3, "role": "edge"}]}]})
+    docs = render(tools, values)
+    specs = _pod_specs(docs)
+    broker = specs["rel-gridstat-broker-y"]
+    secrets = {v["name"]: v["secret"] for v in broker["volumes"] if "secret" in v}
+    assert secrets["tls"]["secretName"] == "on" and secrets["channel-key"]["secretName"] == "y"
+    assert secrets["channel-key"]["items"] == [{"key": "0123", "path": "channel-key"}]
+    (sts,) = [d for d in docs if d["kind"] == "StatefulSet" and d["metadata"]["name"] == "rel-gridstat-broker-y"]
+    assert sts["spec"]["volumeClaimTemplates"][0]["spec"]["storageClassName"] == "0777"
+    assert sts["metadata"]["labels"]["gridstat.io/utility"] == "yes"
+    assert sts["metadata"]["labels"]["gridstat.io/cloud"] == "y"
+    (topology,) = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "rel-gridstat-topology"]
+    topo = yaml.safe_load(topology["data"]["topology.yaml"])
+    assert topo["parent"]["name"] == "no"
+    assert [c["name"] for c in topo["clouds"]] == ["y", "n"]
+    assert [r["name"] for r in topo["clouds"][0]["routers"]] == ["on", "0123"]
+    # unquoted in a values file, `y` is a YAML boolean: the schema refuses it with the field named
+    unquoted = tmp_path / "unquoted.yaml"
+    unquoted.write_text("dataPlaneAuth: {enabled: true, secretName: y}\n")
+    proc = helm(tools, "template", "rel", str(CHART), "-f", str(unquoted), check=False)
+    assert proc.returncode != 0 and "/dataPlaneAuth/secretName" in proc.stderr, proc.stderr
+    raw = helm(tools, "template", "rel", str(CHART), "--namespace", "grid", "-f", str(values)).stdout
+    for quoted in ('secretName: "y"', 'secretName: "on"', 'key: "0123"', 'storageClassName: "0777"'):
+        assert quoted in raw, quoted
+
+
+def test_admission_controller_is_a_workload_and_the_leaf_brokers_consult_it(tools: dict[str, str]) -> None:
+    docs = render(tools, TWO_CLOUDS, SECURE)
+    by = {(d["kind"], d["metadata"]["name"]): d for d in docs}
+    name = "rel-gridstat-admission"
+    deploy = by[("Deployment", name)]
+    assert deploy["spec"]["replicas"] == 1 and deploy["spec"]["strategy"] == {"type": "Recreate"}
+    pod = deploy["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == name
+    assert by[("ServiceAccount", name)]["automountServiceAccountToken"] is False
+    (c,) = pod["containers"]
+    assert c["args"][:2] == ["gridstat", "admission"]
+    tls = "/etc/gridstat/tls/"
+    for flag in ("--host=0.0.0.0", "--port=7702", "--metrics-host=0.0.0.0", "--metrics-port=9103",
+                 f"--tls-cert={tls}tls.crt", f"--tls-key={tls}tls.key", f"--tls-client-ca={tls}ca.crt"):
+        assert flag in c["args"], flag
+    assert {"startupProbe", "readinessProbe", "livenessProbe"} <= set(c)
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"grpc": 7702, "metrics": 9103}
+    service = by[("Service", name)]
+    assert {p["name"]: p["port"] for p in service["spec"]["ports"]} == {"grpc": 7702, "metrics": 9103}
+    assert service["metadata"]["labels"]["gridstat.io/scrape-job"] == "gridstat-admission"
+    assert by[("PodDisruptionBudget", name)]["spec"]["maxUnavailable"] == 1
+    for cloud in ("a", "b"):
+        args = by[("StatefulSet", f"rel-gridstat-broker-{cloud}")]["spec"]["template"]["spec"]["containers"][0]["args"]
+        assert f"--admission={name}.grid.svc:7702" in args and "--admission-deadline-ms=2000" in args
+        assert f"--admission-tls-ca={tls}ca.crt" in args
+    parent = by[("StatefulSet", "rel-gridstat-parent")]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert not any(a.startswith("--admission") for a in parent)  # a parent never consults it
+    # off: no object and no flag
+    off = render(tools, extra=("--set", "admission.enabled=false"))
+    assert not [d for d in off if d["metadata"]["name"] == name]
+    assert "--admission" not in yaml.safe_dump_all(off)
+    plain = render(tools)  # without TLS: no --admission-tls-ca
+    args = _pod_specs(plain)["rel-gridstat-broker-a"]["containers"][0]["args"]
+    assert "--admission=rel-gridstat-admission.grid.svc:7702" in args
+    assert not any(a.startswith("--admission-tls-ca") for a in args)
+
+
+def test_parent_probes_and_pdb_and_routers_spread_over_nodes(tools: dict[str, str], tmp_path: Path) -> None:
+    docs = render(tools, TWO_CLOUDS)
+    specs = _pod_specs(docs)
+    parent = specs["rel-gridstat-parent"]["containers"][0]
+    assert parent["startupProbe"]["tcpSocket"] == {"port": "grpc"}
+    assert parent["startupProbe"]["failureThreshold"] * parent["startupProbe"]["periodSeconds"] >= 60
+    (pdb,) = [d for d in docs if d["kind"] == "PodDisruptionBudget" and d["metadata"]["name"] == "rel-gridstat-parent"]
+    assert pdb["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"] == "parent"
+    for cloud in ("A", "B"):
+        router = specs[f"rel-gridstat-router-{cloud.lower()}"]
+        (term,) = router["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+        assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+        labels = term["podAffinityTerm"]["labelSelector"]["matchLabels"]
+        assert labels["gridstat.io/cloud"] == cloud and labels["app.kubernetes.io/component"] == "router"
+        assert "requiredDuringSchedulingIgnoredDuringExecution" not in router["affinity"]["podAntiAffinity"]
+        # the liveness of a router is its loop's progress (/healthz), not an open port
+        c = router["containers"][0]
+        assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+        assert "--healthz-max-age-ms=5000" in c["args"][0]
+    own = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "grid", "operator": "In", "values": ["yes"]}]}]}}}
+    values = write_values(tmp_path, "aff.yaml", {"router": {"affinity": own}})
+    assert _pod_specs(render(tools, values))["rel-gridstat-router-a"]["affinity"] == own
+
+
+def test_the_guides_example_installs_without_the_prometheus_operator(tools: dict[str, str], cluster: Cluster,
+                                                                     tmp_path: Path) -> None:
+    """docs/kubernetes.md's pacific.yaml enables ServiceMonitors and the PrometheusRule: on a cluster
+    without their CRDs the install succeeds, creates neither, and NOTES says so."""
+    guide = (ROOT / "docs" / "kubernetes.md").read_text()
+    block = guide.split("```yaml\n# pacific.yaml\n", 1)[1].split("```", 1)[0]
+    pacific = yaml.safe_load(block)
+    assert pacific["serviceMonitor"]["enabled"] and pacific["prometheusRule"]["enabled"]
+    values = write_values(tmp_path, "pacific.yaml", pacific)
+    env = {**tools, "KUBECONFIG": str(cluster.kubeconfig)}
+    namespace = "grid-pacific"
+    proc = helm(env, "install", "pacific", str(CHART), "-n", namespace, "--create-namespace", "-f", str(values))
+    try:
+        assert "no ServiceMonitor was created" in proc.stdout and "the alerts were not installed" in proc.stdout
+        manifest = helm(env, "get", "manifest", "pacific", "-n", namespace).stdout
+        kinds = {d["kind"] for d in yaml.safe_load_all(manifest) if d}
+        assert "ServiceMonitor" not in kinds and "PrometheusRule" not in kinds
+        assert {"StatefulSet", "Deployment", "NetworkPolicy"} <= kinds
+        assert cluster.kubectl("get", "deployment", "pacific-gridstat-admission", "-n", namespace,
+                               check=False).returncode == 0
+    finally:
+        helm(env, "uninstall", "pacific", "-n", namespace, "--wait=false", check=False)
+    # helm install refuses a name too long for Kubernetes before creating anything
+    pacific["clouds"][0]["name"] = "northwest-12"
+    values = write_values(tmp_path, "long.yaml", pacific)
+    proc = helm(env, "install", "pacific-transmission-ops", str(CHART), "-n", namespace, "-f", str(values),
+                check=False)
+    assert proc.returncode != 0 and "clouds[0].name" in proc.stderr and "53 characters long" in proc.stderr
+    assert helm(env, "status", "pacific-transmission-ops", "-n", namespace, check=False).returncode != 0
 
 
 def test_a_server_side_dry_run_accepts_everything(tools: dict[str, str], cluster: Cluster) -> None:
@@ -284,14 +548,17 @@ def test_helm_install_creates_every_object(tools: dict[str, str], cluster: Clust
                               if "/" in d["apiVersion"] else d["kind"].lower(), d["metadata"]["name"],
                               "-n", release, "-o", "name", check=False)
         assert got.returncode == 0, f"{d['kind']}/{d['metadata']['name']}: {got.stderr}"
-    # kube-controller-manager acts on them: the operator's Deployment gets its ReplicaSet.
+    # kube-controller-manager acts on them: the operator's and the admission controller's Deployments
+    # get their ReplicaSets.
+    replicas: dict[str, int] = {}
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         rs = json.loads(cluster.kubectl("get", "replicasets", "-n", release, "-o", "json").stdout)["items"]
-        if rs:
+        replicas = {r["metadata"]["labels"]["app.kubernetes.io/component"]: r["spec"]["replicas"] for r in rs}
+        if {"operator", "admission"} <= set(replicas):
             break
         time.sleep(0.5)
-    assert rs and rs[0]["spec"]["replicas"] == 2
+    assert replicas.get("operator") == 2 and replicas.get("admission") == 1, replicas
     for verb, resource, allowed in (("patch", "subscriptions.gridstat.io/status", "yes"),
                                     ("watch", "modes.gridstat.io", "yes"), ("get", "secrets", "no"),
                                     ("list", "pods", "no"), ("delete", "subscriptions.gridstat.io", "no")):

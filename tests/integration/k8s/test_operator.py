@@ -13,6 +13,8 @@ from collections.abc import Iterator
 import pytest
 from kopf.testing import KopfRunner
 
+from gridstat.v1 import broker_pb2 as bpb
+
 from .conftest import operator
 from .grid import Grid
 from .kube import Cluster, condition, has_condition
@@ -185,6 +187,44 @@ def test_an_unavailable_broker_is_reported_and_retried(
     finally:
         grid.start_broker()
     cluster.wait_for("gsub", "patient", namespace, has_condition("Ready", "True"), timeout_s=60, what="Ready")
+
+
+def test_a_dry_run_reports_which_subscriptions_a_switch_stops_without_switching(
+        cluster: Cluster, grid: Grid, op: KopfRunner, namespace: str) -> None:
+    cluster.apply(mode("drill", namespace, 5))
+    cluster.wait_for("gmode", "drill", namespace, has_condition("Ready", "True"))
+    cluster.apply(subscription("kept", namespace, variables=("pmu1/volt",),
+                               modes=[{"mode": "normal"}, {"mode": "drill", "intervalMs": 100}]))
+    cluster.apply(subscription("dropped", namespace, variables=("pmu1/angle",)))
+    for name in ("kept", "dropped"):
+        cluster.wait_for("gsub", name, namespace, has_condition("Ready", "True"), timeout_s=30, what="Ready")
+    dry = active_mode(namespace, "drill", name="preview")
+    dry["spec"]["dryRun"] = True
+    cluster.apply(dry)
+    body = cluster.wait_for("gam", "preview", namespace, has_condition("Planned", "True", "DryRun"), what="Planned")
+    assert body is not None
+    status = body["status"]
+    assert status["phase"] == "Planned" and condition(body, "Ready")["reason"] == "DryRun"
+    assert status["plan"]["stopping"] == {"count": 1, "names": ["dropped"]}
+    assert status["plan"]["changing"] == {"count": 1, "names": ["kept"]}
+    assert "SwitchPlanned" in wait_events(cluster, namespace, "preview", "SwitchPlanned")
+    assert "STOPS" in cluster.kubectl("get", "gam", "preview", "-n", namespace).stdout
+    time.sleep(1)
+    modes_now = grid.broker.stub.ListModes(bpb.ListModesRequest(), timeout=5)
+    assert modes_now.current_mode == 0  # nothing switched
+    # a real switch writes the plan (and its event) before phase 1
+    cluster.kubectl("patch", "gam", "preview", "-n", namespace, "--type", "merge", "-p", '{"spec":{"dryRun":false}}')
+    try:
+        body = cluster.wait_for("gam", "preview", namespace, has_condition("Ready", "True", "ModeActive"),
+                                what="switched")
+        assert body is not None and body["status"]["plan"]["stopping"]["count"] == 1
+        assert condition(body, "Planned")["reason"] == "Computed"
+        assert "ModeChanged" in wait_events(cluster, namespace, "preview", "ModeChanged")
+    finally:
+        cluster.apply(active_mode(namespace, "normal", name="preview"))
+        cluster.wait_for("gam", "preview", namespace,
+                         lambda b: has_condition("Ready", "True")(b) and b["status"]["currentMode"] == "normal")
+        cluster.kubectl("delete", "gam", "preview", "-n", namespace)
 
 
 def test_a_deleted_namespace_leaves_nothing_behind(cluster: Cluster, grid: Grid, op: KopfRunner) -> None:

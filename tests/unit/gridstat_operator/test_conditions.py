@@ -62,3 +62,20 @@ def test_ready_means_generation_observed_and_ready_true() -> None:
     conditions.write_status(unknown, body(2), [Condition("Ready", None, "Pending")], now=T0)
     assert unknown["status"]["conditions"][0]["status"] == "Unknown"
     assert not conditions.is_ready(body(2, unknown["status"]))
+
+
+def test_a_message_loses_a_leading_copy_of_its_reason() -> None:
+    assert conditions.without_reason("NoFeasiblePath", "NoFeasiblePath: 1 path") == "1 path"
+    assert conditions.without_reason("NoFeasiblePath", "NoFeasiblePath: NoFeasiblePath: 1 path") == "1 path"
+    assert conditions.without_reason("NoFeasiblePath", "only 1 path (NoFeasiblePath)") == "only 1 path (NoFeasiblePath)"
+    assert conditions.without_reason("", ": x") == ": x"
+
+
+def test_a_condition_is_carried_over_as_it_was() -> None:
+    patch: dict[str, Any] = {}
+    conditions.write_status(patch, body(), [Condition("Planned", True, "DryRun", "stops 2"),
+                                            Condition("Ready", None, "Pending")], now=T0)
+    b = body(1, patch["status"])
+    assert conditions.carried(b, "Planned") == Condition("Planned", True, "DryRun", "stops 2")
+    assert conditions.carried(b, "Ready") == Condition("Ready", None, "Pending", "")
+    assert conditions.carried(b, "Admitted") is None

@@ -46,3 +46,27 @@ def test_a_reference_to_nothing_or_a_cycle_is_an_error() -> None:
         crdgen.resolve({"$ref": "#/definitions/nope"}, {})
     with pytest.raises(ValueError, match="circular"):
         crdgen.resolve({"$ref": "#/definitions/a"}, {"a": {"items": {"$ref": "#/definitions/a"}}})
+
+
+def test_the_sources_cannot_be_mistaken_for_applyable_manifests() -> None:
+    """``kubectl apply -f operator/crds/`` finds nothing to apply: the sources (with ``$ref``) are
+    ``operator/crds/src/*.schema.yaml``, the applyable CRDs are charts/gridstat/crds/."""
+    crds = crdgen.SOURCES.parent
+    assert [p.name for p in crds.iterdir() if p.suffix in (".yaml", ".yml", ".json")] == []
+    assert "not applyable" in (crds / "README.md").read_text()
+    sources = sorted(p.name for p in crdgen.SOURCES.glob("*.schema.yaml"))
+    assert len(sources) == len(crdgen.generate())
+
+
+def test_the_switch_plan_schema_holds_as_many_names_as_the_operator_writes() -> None:
+    from gridstat_operator import plan
+
+    crd = yaml.safe_load(crdgen.generate()["activemodes.gridstat.io.yaml"])
+    version = crd["spec"]["versions"][0]
+    status = version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
+    for group in ("stopping", "changing", "starting"):
+        assert status["plan"]["properties"][group]["properties"]["names"]["maxItems"] == plan.PLAN_NAMES_MAX
+    assert "Planned" in status["phase"]["enum"]
+    assert "dryRun" in version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    assert {"name": "Stops", "type": "integer", "jsonPath": ".status.plan.stopping.count",
+            "description": "Subscriptions the switch stops"} in version["additionalPrinterColumns"]

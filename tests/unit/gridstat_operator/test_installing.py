@@ -28,8 +28,10 @@ class ScriptedBroker:
         if method == "Subscribe":
             s = request.subscription
             if s.variable.endswith("/bad"):
+                # as the broker writes it: str(GridStatError) is "<reason>: <text>"
                 return bpb.SubscribeReply(admitted=False, rejection=bpb.Rejection(
-                    reason="NoFeasiblePath", message="1 disjoint path", offer=bpb.Offer(max_redundancy=1)))
+                    reason="NoFeasiblePath", message="NoFeasiblePath: 1 disjoint path",
+                    offer=bpb.Offer(max_redundancy=1)))
             if s.subscription_id in self.held:
                 raise brokers.BrokerRefused("exists", reason="AlreadyExists")
             self.held[s.subscription_id] = s
@@ -64,6 +66,14 @@ async def test_a_rejected_variable_rolls_back_the_admitted_ones() -> None:
     assert (outcome.rejection.reason, outcome.rejection.variable) == ("NoFeasiblePath", "pmu1/bad")
     assert outcome.rejection.offer == {"maxRedundancy": 1}
     assert broker.held == {} and outcome.rolled_back == 2 and outcome.actual == []
+
+
+async def test_a_rejection_message_names_its_reason_once() -> None:
+    outcome = await run(ScriptedBroker(), SPEC)
+    assert outcome.rejection is not None
+    assert outcome.rejection.message == "1 disjoint path"
+    summary = outcome.rejection.summary  # the Admitted and Ready conditions' message
+    assert summary.startswith("NoFeasiblePath: 1 disjoint path") and summary.count("NoFeasiblePath") == 1
 
 
 async def test_an_admitted_plan_is_idempotent() -> None:
@@ -112,6 +122,9 @@ def test_unanswered_calls_are_retriable_and_refusals_carry_the_reason() -> None:
                           target="b:1")
     assert isinstance(no, brokers.BrokerRefused) and not no.retriable
     assert (no.reason, no.message, no.field) == ("UnknownMode", "mode 3 is not defined", "qos.mode")
+    twice = brokers.classify(error(grpc.StatusCode.NOT_FOUND, "UnknownMode: UnknownMode: mode 3", "UnknownMode"),
+                             target="b:1")
+    assert twice.message == "mode 3"
     busy = brokers.classify(error(grpc.StatusCode.UNAVAILABLE, "x", "ModeChangeInProgress"), target="b:1")
     assert busy.retriable
     bare = brokers.classify(error(grpc.StatusCode.FAILED_PRECONDITION, "nope"), target="b:1")

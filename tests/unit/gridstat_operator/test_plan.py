@@ -152,3 +152,71 @@ def test_condensation_request_carries_the_spec_in_the_brokers_terms() -> None:
     assert data["spec"]["output_filter"] == {"enabled": True, "pass_outside": True, "low": 59.9}
     assert data["spec"]["input_filter"] == {"enabled": False}
     assert plan.condensation_fingerprint(data) != plan.condensation_fingerprint({**data, "mode": 1})
+
+
+# -- switch plans (ActiveMode status.plan) --------------------------------------------------------
+def ref(name: str, modes: list[dict[str, Any]] | None = None, labels: dict[str, str] | None = None,
+        qos: dict[str, Any] | None = None) -> plan.SubscriptionRef:
+    body: dict[str, Any] = {"metadata": {"name": name, "labels": labels or {}},
+                            "spec": {**SPEC, "qos": qos or SPEC["qos"], **({"modes": modes} if modes else {})}}
+    return plan.subscription_ref(body)
+
+
+SUBS = [
+    ref("only-normal"),                                                               # stops
+    ref("both-same", modes=[{"mode": "normal"}, {"mode": "contingency"}]),            # unchanged
+    ref("both-slower", modes=[{"mode": "normal"}, {"mode": "contingency", "intervalMs": 100}]),  # changes
+    ref("picked", labels={"tier": "protection"}),                                     # picked by selector
+    ref("only-contingency", modes=[{"mode": "contingency"}]),                         # starts
+]
+
+
+def test_a_switch_plan_names_what_stops_changes_and_starts() -> None:
+    modes = plan.known_modes([CONTINGENCY])
+    switch = plan.plan_mode_switch("normal", "contingency", SUBS, modes)
+    assert switch.stopping == ("only-normal",)
+    assert switch.changing == ("both-slower",)
+    assert switch.starting == ("only-contingency",)
+    status = switch.as_status()
+    assert status["from"] == "normal" and status["to"] == "contingency"
+    assert status["stopping"] == {"count": 1, "names": ["only-normal"]}
+    assert "stops 1 subscription(s) (only-normal)" in switch.summary
+    back = plan.plan_mode_switch("contingency", "normal", SUBS, modes)
+    assert back.stopping == ("only-contingency",) and back.starting == ("only-normal",)
+    assert back.changing == ("both-slower",)
+
+
+def test_a_switch_to_the_current_mode_stops_nothing_and_an_unknown_current_counts_every_non_member() -> None:
+    modes = plan.known_modes([CONTINGENCY])
+    assert plan.plan_mode_switch("normal", "normal", SUBS, modes).as_status()["stopping"]["count"] == 0
+    unknown = plan.plan_mode_switch(None, "contingency", SUBS, modes)
+    assert unknown.stopping == ("only-normal",) and unknown.starting == () and unknown.from_mode == "unknown"
+
+
+def test_a_switch_plan_counts_everything_and_lists_a_bounded_number_of_names() -> None:
+    many = [ref(f"s{i:03d}") for i in range(plan.PLAN_NAMES_MAX + 5)]
+    switch = plan.plan_mode_switch("normal", "contingency", many, plan.known_modes([CONTINGENCY]))
+    status = switch.as_status()
+    assert status["stopping"]["count"] == plan.PLAN_NAMES_MAX + 5
+    assert len(status["stopping"]["names"]) == plan.PLAN_NAMES_MAX
+    assert "(5 more)" in switch.summary
+
+
+def test_the_default_qos_fields_do_not_count_as_a_change() -> None:
+    explicit = ref("x", modes=[{"mode": "normal"}, {"mode": "contingency", "redundancy": 1, "priority": 1}],
+                   qos={"intervalMs": 20, "latencyMs": 50})
+    switch = plan.plan_mode_switch("normal", "contingency", [explicit], plan.known_modes([CONTINGENCY]))
+    assert switch.changing == ()
+
+
+def test_dry_run_is_only_an_explicit_true() -> None:
+    assert plan.dry_run({"mode": "x", "dryRun": True})
+    assert not plan.dry_run({"mode": "x"}) and not plan.dry_run({"mode": "x", "dryRun": False})
+
+
+def test_a_new_subscription_is_pending_on_its_broker_at_once() -> None:
+    admitted, ready, degraded = plan.pending_conditions("broker-a:7700", "A")
+    assert (admitted.type, admitted.status, admitted.reason) == ("Admitted", None, "Pending")
+    assert (ready.type, ready.status, ready.reason) == ("Ready", False, "Pending")
+    assert "broker-a:7700" in ready.message and "cloud A" in ready.message
+    assert degraded.status is False

@@ -1,0 +1,129 @@
+"""One release of the chart on the node: its pods by role, and client pods that publish and subscribe."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .node import Node, pod_ready
+
+FULLNAME_SUFFIX = "gridstat"
+CONTROL_PORT = 7801
+BROKER_PORT = 7700
+API = "gridstat.io/v1alpha1"
+
+
+@dataclass
+class Release:
+    node: Node
+    name: str
+    namespace: str
+    values: Path
+
+    @property
+    def fullname(self) -> str:
+        return f"{self.name}-{FULLNAME_SUFFIX}"
+
+    def clouds(self) -> list[dict[str, Any]]:
+        return yaml.safe_load(self.values.read_text())["clouds"]  # type: ignore[no-any-return]
+
+    def router_pod(self, router: str) -> str:
+        """Pod N of a cloud's router StatefulSet runs the cloud's router N."""
+        for cloud in self.clouds():
+            for i, r in enumerate(cloud["routers"]):
+                if r["name"] == router:
+                    return f"{self.fullname}-router-{cloud['name'].lower()}-{i}"
+        raise KeyError(router)
+
+    def router_host(self, router: str) -> str:
+        pod = self.router_pod(router)
+        return f"{pod}.{pod.rsplit('-', 1)[0]}.{self.namespace}.svc.cluster.local"
+
+    def broker_pod(self, cloud: str) -> str:
+        return f"{self.fullname}-broker-{cloud.lower()}-0"
+
+    def role_pods(self) -> list[dict[str, Any]]:
+        """The release's long-running pods (not helm test pods)."""
+        return [p for p in self.node.pods(self.namespace, f"app.kubernetes.io/instance={self.name}")
+                if p["status"].get("phase") not in ("Succeeded", "Failed")
+                and "helm.sh/hook" not in (p["metadata"].get("annotations") or {})]
+
+    def all_ready(self) -> bool:
+        pods = self.role_pods()
+        return bool(pods) and all(pod_ready(p) for p in pods)
+
+    def gridstat(self, cloud: str, *args: str, check: bool = True) -> Any:
+        """`gridstat ARGS -o json` in the cloud's broker pod, against its own broker."""
+        proc = self.node.exec(self.namespace, self.broker_pod(cloud), "gridstat", *args, "--broker",
+                              f"127.0.0.1:{BROKER_PORT}", "-o", "json", container="broker", check=check)
+        return json.loads(proc.stdout) if proc.returncode == 0 else None
+
+    # -- client pods -------------------------------------------------------------------------------
+    def client_pod(self, name: str, args: list[str], *, port: int | None = None) -> dict[str, Any]:
+        """A pod of the project's image running ``gridstat ARGS`` as the chart's roles run (restricted)."""
+        container: dict[str, Any] = {
+            "name": "client", "image": "gridstat:dev", "imagePullPolicy": "IfNotPresent",
+            "args": ["gridstat", *args],
+            "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+            "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                                "capabilities": {"drop": ["ALL"]}},
+            "resources": {"requests": {"cpu": "10m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
+        }
+        if port:
+            container["ports"] = [{"name": "events", "containerPort": port, "protocol": "UDP"}]
+        return {
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": self.namespace,
+                         "labels": {"app.kubernetes.io/part-of": "gridstat-tests", "gridstat.io/client": name}},
+            "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 5,
+                     "securityContext": {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001,
+                                         "seccompProfile": {"type": "RuntimeDefault"}},
+                     "containers": [container]},
+        }
+
+    def publisher(self, name: str, edge: str, variables: tuple[str, ...], interval_ms: int) -> dict[str, Any]:
+        return self.client_pod(name, ["publish", "--name", name, "--edge", f"{self.router_host(edge)}:{CONTROL_PORT}",
+                                      *(a for v in variables for a in ("--variable", v)),
+                                      "--type", "float", "--interval-ms", str(interval_ms), "-o", "json"])
+
+    def subscriber(self, name: str, edge: str, variable: str, interval_ms: int, port: int = 9000) -> dict[str, Any]:
+        return self.client_pod(name, ["subscribe", "--name", name, "--edge",
+                                      f"{self.router_host(edge)}:{CONTROL_PORT}", "--variable", variable,
+                                      "--interval-ms", str(interval_ms), "--listen-host", "0.0.0.0",
+                                      "--port", str(port), "-o", "json"], port=port)
+
+    def last_stats(self, pod: str, kind: str) -> dict[str, Any] | None:
+        """The newest JSON stats line a client pod printed."""
+        for line in reversed(self.node.logs(self.namespace, pod).splitlines()):
+            if line.startswith("{"):
+                try:
+                    doc = json.loads(line)
+                except ValueError:
+                    continue
+                if doc.get("kind") == kind:
+                    return doc  # type: ignore[no-any-return]
+        return None
+
+
+def subscription(name: str, namespace: str, variable: str, *, subscriber: str, edge: str, interval_ms: int,
+                 latency_ms: int, redundancy: int, modes: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"subscriber": subscriber, "edgeRouter": edge, "cloud": "A", "variables": [variable],
+                            "qos": {"intervalMs": interval_ms, "latencyMs": latency_ms, "redundancy": redundancy}}
+    if modes is not None:
+        spec["modes"] = modes
+    return {"apiVersion": API, "kind": "Subscription", "metadata": {"name": name, "namespace": namespace},
+            "spec": spec}
+
+
+def ready_now(body: dict[str, Any] | None) -> bool:
+    """Ready=True for the current generation (what `kubectl wait --for=condition=Ready` checks)."""
+    if not body:
+        return False
+    status = body.get("status") or {}
+    ready = [c for c in status.get("conditions") or () if c.get("type") == "Ready"]
+    return bool(ready) and ready[0].get("status") == "True" \
+        and status.get("observedGeneration") == body["metadata"]["generation"]

@@ -191,9 +191,9 @@ cluster.local:53 in-addr.arpa:53 ip6.arpa:53 {
     kubernetes cluster.local in-addr.arpa ip6.arpa {
         kubeconfig $dir/kubeconfig
         pods insecure
+        ttl 1
         fallthrough in-addr.arpa ip6.arpa
     }
-    cache 5
 }
 .:53 {
     bind $gateway

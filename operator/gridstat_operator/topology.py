@@ -117,6 +117,10 @@ def load(path: str) -> dict[str, Any]:
         return yaml.safe_load(f) or {}
 
 
+#: How soon a watching sidecar tries again after an incomplete pass.
+INCOMPLETE_RETRY_S = 1.0
+
+
 def run(path: str, *, check: bool, timeout_s: float, cloud: str = "", parent_only: bool = False,
         watch_s: float = 0.0) -> int:
     """Apply (or check) until complete or ``timeout_s``; with ``watch_s`` keep applying forever,
@@ -150,7 +154,8 @@ def run(path: str, *, check: bool, timeout_s: float, cloud: str = "", parent_onl
         if watch_s > 0:
             if complete and not check and log:
                 print("topology applied", flush=True)
-            time.sleep(watch_s)
+            # Incomplete (a router not resolving yet, a broker restarting): try again within a second.
+            time.sleep(watch_s if complete else min(watch_s, INCOMPLETE_RETRY_S))
             continue
         if complete:
             print("topology complete" if check else "topology applied", flush=True)

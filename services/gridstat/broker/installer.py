@@ -207,7 +207,8 @@ async def reconcile(link: RouterLink, channels: Iterable[DesiredChannel], routes
     remove = [k for k in current if k not in want]
     if install or remove:
         await apply_transaction({link.name: link}, {link.name: RouterChange(tuple(install), tuple(remove))})
-    if mode is not None and listed.current_mode != mode:
+    if mode is not None:
+        # Always, even in the same mode: it also tells the router its tables are complete (its /readyz).
         await stub.SetMode(pb.SetModeRequest(mode=mode), timeout=RPC_TIMEOUT_S)
-        changes += 1
+        changes += listed.current_mode != mode
     return changes + len(install) + len(remove)

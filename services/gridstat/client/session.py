@@ -65,6 +65,9 @@ _CHANNEL_OPTIONS = (
     ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 2000),
     ("grpc.keepalive_time_ms", 30_000),
+    # An edge router named by DNS (a StatefulSet pod) comes back at a new address after a restart:
+    # look the name up again within a second, not gRPC's default 30 s (docs/kubernetes.md#upgrades).
+    ("grpc.dns_min_time_between_resolutions_ms", 1000),
 )
 
 

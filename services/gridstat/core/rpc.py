@@ -82,4 +82,7 @@ RETRY_SERVICE_CONFIG = json.dumps({
 def channel_options() -> list[tuple[str, Any]]:
     """Options of every channel one role opens to another."""
     return [("grpc.enable_retries", 1), ("grpc.service_config", RETRY_SERVICE_CONFIG),
-            ("grpc.initial_reconnect_backoff_ms", 100), ("grpc.max_reconnect_backoff_ms", 5000)]
+            ("grpc.initial_reconnect_backoff_ms", 100), ("grpc.max_reconnect_backoff_ms", 5000),
+            # A peer named by DNS (a pod) may come back at a new address: look it up again within a
+            # second of a failure, not gRPC's default 30 s (docs/kubernetes.md#upgrades).
+            ("grpc.dns_min_time_between_resolutions_ms", 1000)]

@@ -174,6 +174,8 @@ class StatusRouter:
         self.notices: Counter[str] = Counter()
         #: time.monotonic() of the liveness task's last round: /healthz's measure of the loop's progress.
         self.heartbeat = time.monotonic()
+        #: Whether its broker has rebuilt it since it started (set_mode ends every rebuild).
+        self.configured = False
 
     # -- lifecycle ------------------------------------------------------------
     @property
@@ -637,7 +639,21 @@ class StatusRouter:
             raise ValidationError(f"mode {mode} is outside 0..{MODE_SLOTS - 1}", field="mode")
         previous = self.table.current_mode
         self.table.set_mode(mode)
+        # The broker ends every rebuild with the current mode (broker.installer.reconcile).
+        self.configured = True
         return previous
+
+    def readiness(self) -> tuple[bool, str]:
+        """Has its broker installed this boot's tables? (the router's /readyz, telemetry.serving)
+
+        A restarted router forwards nothing until its broker rebuilds it, so it is not ready
+        before: a rollout then waits for it before restarting the next router (docs/kubernetes.md).
+        """
+        if not self._started or self._closed:
+            return False, "router is not running"
+        if not self.configured:
+            return False, "waiting for its broker to install its channels and routes"
+        return True, f"tables installed, version {self.table.table_version}"
 
     def prepare_mode(self, mode: int) -> int:
         """Phase 2 of a mode change at an edge router: switch to the temporary slot (6.3.2)."""

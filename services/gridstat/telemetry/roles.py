@@ -99,6 +99,11 @@ class RoleTelemetry:
         if self.server is not None:
             self.server.health = check
 
+    def set_readiness(self, check: HealthCheck) -> None:
+        """What ``/readyz`` on the metrics port answers (serving.MetricsServer); no-op without /metrics."""
+        if self.server is not None:
+            self.server.readiness = check
+
     async def start(self) -> None:
         if self._started:
             return
@@ -143,6 +148,8 @@ def for_router(router: Any, args: argparse.Namespace) -> RoleTelemetry:
     # /healthz: 503 once the router's loop heartbeat is older than --healthz-max-age-ms (a wedged loop)
     max_age_s = getattr(args, "healthz_max_age_ms", DEFAULT_HEALTHZ_MAX_AGE_MS) / 1000
     tel.set_health(lambda: router.health(max_age_s))
+    # /readyz: 503 until its broker has installed this boot's tables (a rollout waits for it)
+    tel.set_readiness(router.readiness)
     return tel
 
 

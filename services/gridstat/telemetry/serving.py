@@ -38,13 +38,15 @@ class MetricsServer:
     """Serves ``registry`` at ``http://host:port/metrics``; ``port`` 0 picks a free port."""
 
     def __init__(self, registry: CollectorRegistry, host: str = "127.0.0.1", port: int = 0,
-                 health: HealthCheck | None = None) -> None:
+                 health: HealthCheck | None = None, readiness: HealthCheck | None = None) -> None:
         self.registry = registry
         self.host, self._port = host, port
         self._server: asyncio.Server | None = None
         self.scrapes = 0
         #: ``/healthz``'s check; None: always 200 while the server answers.
         self.health = health
+        #: ``/readyz``'s check; None: always 200 while the server answers.
+        self.readiness = readiness
 
     @property
     def port(self) -> int:
@@ -85,9 +87,11 @@ class MetricsServer:
                     log.exception("metrics scrape failed")
                     status, ctype, body = "500 Internal Server Error", "text/plain", b"collector failed\n"
             elif path == b"/healthz":
-                status, ctype, body = self._healthz()
+                status, ctype, body = self._check(self.health)
+            elif path == b"/readyz":
+                status, ctype, body = self._check(self.readiness)
             elif path == b"/":
-                status, ctype, body = "200 OK", "text/plain", b"ok: metrics at /metrics, health at /healthz\n"
+                status, ctype, body = "200 OK", "text/plain", b"ok: /metrics, /healthz, /readyz\n"
             else:
                 status, ctype, body = "404 Not Found", "text/plain", b"not found\n"
             writer.write(f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
@@ -102,11 +106,12 @@ class MetricsServer:
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
 
-    def _healthz(self) -> tuple[str, str, bytes]:
-        if self.health is None:
+    @staticmethod
+    def _check(check: HealthCheck | None) -> tuple[str, str, bytes]:
+        if check is None:
             return "200 OK", "text/plain", b"ok\n"
         try:
-            healthy, reason = self.health()
+            healthy, reason = check()
         except Exception as exc:  # a broken check is an unhealthy role, not a crashed server
             log.exception("health check failed")
             healthy, reason = False, f"health check failed: {exc}"

@@ -76,3 +76,21 @@ async def test_a_blocked_loop_is_reported_once_it_runs_again_and_the_limit_is_at
     finally:
         await router.stop()
     assert router.health(5.0) == (False, "router is not running")
+
+
+async def test_readyz_is_503_until_its_broker_has_installed_the_tables_of_this_boot() -> None:
+    router = StatusRouter(RouterConfig(name="r", router_id=1, ping_interval_ms=20))
+    await router.start()
+    tel = roles.for_router(router, telemetry_args(max_age_ms=200))
+    await tel.start()
+    try:
+        port = tel.metrics_port
+        assert port is not None
+        status, body = await http_get(port, "/readyz")
+        assert status == "HTTP/1.1 503 Service Unavailable" and "waiting for its broker" in body, body
+        router.set_mode(0)  # what a broker's rebuild ends with (broker.installer.reconcile)
+        status, body = await http_get(port, "/readyz")
+        assert status == "HTTP/1.1 200 OK" and body.startswith("ok: tables installed"), body
+    finally:
+        await tel.stop()
+        await router.stop()

@@ -320,6 +320,12 @@ up() {
     return 0
   fi
   alive kubelet && die "a node is half up in $dir: run scripts/cluster.sh down first"
+  # Leftovers of a node that was not taken down (a crash, a reboot): clear them, start afresh.
+  if [ -n "$(ls -A "$dir/run" 2>/dev/null)" ] || [ -d "$dir/control" ]; then
+    log "clearing what an earlier node left in $dir"
+    down
+    mkdir -p "$dir/run" "$dir/log"
+  fi
 
   step "tools (cached in $cache)"
   tools
@@ -395,7 +401,7 @@ down() {
   # Pods first, while the kubelet runs, so their sandboxes and network namespaces go the normal way.
   if alive kubelet && [ -f "$dir/kubeconfig" ]; then
     kc delete namespaces -l '!kubernetes.io/metadata.name' --wait=false >/dev/null 2>&1 || true
-    kc get ns -o name 2>/dev/null | grep -vE '/(default|kube-system|kube-public|kube-node-lease)$' \
+    { kc get ns -o name 2>/dev/null | grep -vE '/(default|kube-system|kube-public|kube-node-lease)$' || true; } \
       | xargs -r kubectl --kubeconfig "$dir/kubeconfig" delete --wait=false >/dev/null 2>&1 || true
     kc delete pods --all -A --grace-period=1 --timeout=30s >/dev/null 2>&1 || true
   fi
@@ -443,7 +449,7 @@ clean_kube_chains() {
   local cmd=$1 table rule chain
   command -v "$cmd" >/dev/null 2>&1 || return 0
   for table in filter nat mangle; do
-    "$cmd" -t "$table" -S 2>/dev/null | grep -E '^-A .* -j KUBE-' | while read -r rule; do
+    { "$cmd" -t "$table" -S 2>/dev/null | grep -E '^-A .* -j KUBE-' || true; } | while read -r rule; do
       # shellcheck disable=SC2086
       eval "$cmd -t $table -D ${rule#-A }" 2>/dev/null || true
     done

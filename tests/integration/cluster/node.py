@@ -20,6 +20,8 @@ from typing import Any
 import pytest
 import yaml
 
+from gridstat.chaos import kube
+
 ROOT = Path(__file__).resolve().parents[3]
 SCRIPTS = ROOT / "scripts"
 CHART = ROOT / "charts" / "gridstat"
@@ -161,10 +163,7 @@ class Node:
         raise AssertionError(f"{what}: not reached in {timeout_s} s (last: {last!r})")
 
 
-def pod_ready(pod: Mapping[str, Any]) -> bool:
-    conditions = {c["type"]: c["status"] for c in (pod.get("status") or {}).get("conditions") or ()}
-    return pod.get("status", {}).get("phase") == "Running" and conditions.get("Ready") == "True" \
-        and not pod["metadata"].get("deletionTimestamp")
+pod_ready = kube.pod_ready
 
 
 def start_node(env: dict[str, str]) -> Iterator[Node]:

@@ -9,12 +9,16 @@ from typing import Any
 
 import yaml
 
+from gridstat.chaos import kube
+
 from .node import Node, pod_ready
 
 FULLNAME_SUFFIX = "gridstat"
 CONTROL_PORT = 7801
 BROKER_PORT = 7700
-API = "gridstat.io/v1alpha1"
+API = kube.API
+#: The label value of this suite's client pods.
+CLIENTS = "gridstat-tests"
 
 
 @dataclass
@@ -62,36 +66,19 @@ class Release:
                               f"127.0.0.1:{BROKER_PORT}", "-o", "json", container="broker", check=check)
         return json.loads(proc.stdout) if proc.returncode == 0 else None
 
-    # -- client pods -------------------------------------------------------------------------------
-    def client_pod(self, name: str, args: list[str], *, port: int | None = None) -> dict[str, Any]:
-        """A pod of the project's image running ``gridstat ARGS`` as the chart's roles run (restricted)."""
-        container: dict[str, Any] = {
-            "name": "client", "image": "gridstat:dev", "imagePullPolicy": "IfNotPresent",
-            "args": ["gridstat", *args],
-            "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
-            "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-                                "capabilities": {"drop": ["ALL"]}},
-            "resources": {"requests": {"cpu": "10m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
-        }
-        if port:
-            container["ports"] = [{"name": "events", "containerPort": port, "protocol": "UDP"}]
-        return {
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": self.namespace,
-                         "labels": {"app.kubernetes.io/part-of": "gridstat-tests", "gridstat.io/client": name}},
-            "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 5,
-                     "securityContext": {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001,
-                                         "seccompProfile": {"type": "RuntimeDefault"}},
-                     "containers": [container]},
-        }
+    def client(self, name: str, args: list[str], *, port: int | None = None) -> dict[str, Any]:
+        """A client pod (chaos.kube.client_pod) labelled as this suite's, apart from the chaos scenarios' own."""
+        pod: dict[str, Any] = kube.client_pod(name, self.namespace, args, port=port)
+        pod["metadata"]["labels"]["app.kubernetes.io/part-of"] = CLIENTS
+        return pod
 
     def publisher(self, name: str, edge: str, variables: tuple[str, ...], interval_ms: int) -> dict[str, Any]:
-        return self.client_pod(name, ["publish", "--name", name, "--edge", f"{self.router_host(edge)}:{CONTROL_PORT}",
+        return self.client(name, ["publish", "--name", name, "--edge", f"{self.router_host(edge)}:{CONTROL_PORT}",
                                       *(a for v in variables for a in ("--variable", v)),
                                       "--type", "float", "--interval-ms", str(interval_ms), "-o", "json"])
 
     def subscriber(self, name: str, edge: str, variable: str, interval_ms: int, port: int = 9000) -> dict[str, Any]:
-        return self.client_pod(name, ["subscribe", "--name", name, "--edge",
+        return self.client(name, ["subscribe", "--name", name, "--edge",
                                       f"{self.router_host(edge)}:{CONTROL_PORT}", "--variable", variable,
                                       "--interval-ms", str(interval_ms), "--listen-host", "0.0.0.0",
                                       "--port", str(port), "-o", "json"], port=port)
@@ -119,11 +106,4 @@ def subscription(name: str, namespace: str, variable: str, *, subscriber: str, e
             "spec": spec}
 
 
-def ready_now(body: dict[str, Any] | None) -> bool:
-    """Ready=True for the current generation (what `kubectl wait --for=condition=Ready` checks)."""
-    if not body:
-        return False
-    status = body.get("status") or {}
-    ready = [c for c in status.get("conditions") or () if c.get("type") == "Ready"]
-    return bool(ready) and ready[0].get("status") == "True" \
-        and status.get("observedGeneration") == body["metadata"]["generation"]
+ready_now = kube.ready_now

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from .node import CHART, SCRIPTS, Node, pod_ready
-from .release import API, Release, ready_now, subscription
+from .release import API, CLIENTS, Release, ready_now, subscription
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
@@ -34,7 +34,7 @@ def flow(release: Release) -> Iterator[Release]:
                {"apiVersion": API, "kind": "Mode", "metadata": {"name": "contingency", "namespace": release.namespace},
                 "spec": {"id": 1}})
     node.wait_until("client pods Ready", lambda: all(
-        pod_ready(p) for p in node.pods(release.namespace, "app.kubernetes.io/part-of=gridstat-tests")), 120)
+        pod_ready(p) for p in node.pods(release.namespace, f"app.kubernetes.io/part-of={CLIENTS}")), 120)
     node.wait_until("pmu1 registered", lambda: "READY" in node.logs(release.namespace, "pmu1"), 120)
     node.wait_until("ems registered", lambda: "READY" in node.logs(release.namespace, "ems"), 120)
     node.apply(subscription("ems-freq", release.namespace, VARIABLE, subscriber="ems", edge="e2",
@@ -125,7 +125,7 @@ def test_a_mode_switch_happens_in_the_running_routers(flow: Release) -> None:
 
 def _recreated(node: Node, namespace: str, pod: str, old_uid: str) -> bool:
     body = node.get("pod", pod, namespace)
-    return bool(body) and body["metadata"]["uid"] != old_uid and pod_ready(body)
+    return body is not None and body["metadata"]["uid"] != old_uid and pod_ready(body)
 
 
 def test_a_deleted_broker_pod_comes_back_with_its_state_and_the_data_plane_goes_on(flow: Release) -> None:

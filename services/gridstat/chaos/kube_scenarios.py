@@ -37,6 +37,7 @@ from .kube import (
     delivery,
     device_of_ip,
     disjoint,
+    down_interval,
     last_stats,
     leader_operator,
     need_root,
@@ -304,7 +305,13 @@ def router_kill(target: KubeTarget, seconds: float, out: Outcome) -> None:
             time.sleep(1.0)
         finally:
             samples = watch.stop()
-        _check_reported(out, samples, fault_ms, victim, f.paths[0][0])
+        # The kubelet restarts a killed container in place, at the same address, often before the edge's
+        # sampled view of the channel shows the outage: said as a note, not held as an invariant.
+        down, back = down_interval(samples, fault_ms)
+        out.notes.append(f"{f.paths[0][0]}'s channel to {victim}: " + (
+            f"down {(down - fault_ms) / 1000:.2f} s after the kill" + (f", up {(back - down) / 1000:.1f} s later"
+                                                                       if back else "") if down is not None
+            else f"not seen down in {len(samples)} samples"))
         _check_lost(out, f, before, during, f"k=2, {victim}'s container killed")
 
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A real single-node Kubernetes on this machine whose pods run: the control plane of
 # scripts/kube-apiserver.sh plus a kubelet, kube-scheduler, kube-proxy, CoreDNS, containerd with
-# runc, and a bridge pod network (Debian's CNI plugins). docs/kubernetes.md#a-cluster-on-one-machine.
+# runc, a bridge pod network (Debian's CNI plugins) and kube-router's NetworkPolicy controller.
+# docs/kubernetes.md#a-cluster-on-one-machine.
 #
 #   scripts/cluster.sh tools           build or install what the node needs (cached, keyed by version)
 #   scripts/cluster.sh up              bring the node up (idempotent: a running cluster is left as it is);
@@ -68,11 +69,13 @@ tools() {
   command -v iptables >/dev/null 2>&1 || need+=(iptables)
   command -v nft >/dev/null 2>&1 || need+=(nftables)
   command -v conntrack >/dev/null 2>&1 || need+=(conntrack)
+  command -v ipset >/dev/null 2>&1 || need+=(ipset)
   [ ${#need[@]} -eq 0 ] || apt_install "${need[@]}"
   "$root/scripts/k8s-tools.sh" all >/dev/null
   "$root/scripts/k8s-tools.sh" node
   "$root/scripts/k8s-tools.sh" coredns
   "$root/scripts/k8s-tools.sh" pause
+  "$root/scripts/k8s-tools.sh" kube-router
 }
 
 # spawn NAME CMD...: start CMD in its own session (so `down` ends its whole group); pid in DIR/run.
@@ -366,6 +369,10 @@ up() {
     --hostname-override "$node" --cluster-cidr "$pod_cidr" --conntrack-max-per-core 0 \
     --conntrack-tcp-timeout-established 0 --conntrack-tcp-timeout-close-wait 0 \
     --healthz-bind-address 127.0.0.1:10256 --metrics-bind-address 127.0.0.1:10249 --nodeport-addresses 127.0.0.0/8 --v=1
+  # NetworkPolicies: kube-router's policy controller only (no routing, no service proxy, no CNI of its own).
+  spawn kube-router "$GRIDSTAT_KUBE_ROUTER" --kubeconfig "$dir/kubeconfig" --hostname-override "$node" \
+    --run-firewall=true --run-router=false --run-service-proxy=false --enable-cni=false --enable-pod-egress=false \
+    --health-port=0 --metrics-port=0 -v=1
   spawn kubelet "$GRIDSTAT_K8S_BIN/kubelet" --config "$dir/cfg/kubelet.yaml" --kubeconfig "$dir/kubeconfig" \
     --root-dir "$dir/kubelet" --hostname-override "$node" --v=1
   kc apply --server-side --force-conflicts -f "$dir/cfg/cluster-objects.yaml" >/dev/null
@@ -406,7 +413,7 @@ down() {
     kc delete pods --all -A --grace-period=1 --timeout=30s >/dev/null 2>&1 || true
   fi
   local name
-  for name in kubelet kube-proxy scheduler coredns forwarder; do stop_pid "$name"; done
+  for name in kubelet kube-router kube-proxy scheduler coredns forwarder; do stop_pid "$name"; done
   "$root/scripts/kube-apiserver.sh" stop "$dir/control" >/dev/null 2>&1 || true
   if alive containerd; then
     local id
@@ -422,8 +429,12 @@ down() {
   [ -n "${GRIDSTAT_K8S_BIN:-}" ] && [ -x "$GRIDSTAT_K8S_BIN/kube-proxy" ] && {
     "$GRIDSTAT_K8S_BIN/kube-proxy" --cleanup --proxy-mode nftables >/dev/null 2>&1 || true
     "$GRIDSTAT_K8S_BIN/kube-proxy" --cleanup --proxy-mode iptables >/dev/null 2>&1 || true; }
+  # kube-router's own --cleanup-config (v2.1.0) crashes in its service-proxy part here: its chains
+  # (KUBE-ROUTER-*, KUBE-NWPLCY-*, KUBE-POD-FW-*) and ipsets (KUBE-*) go with kube-proxy's leftovers.
   clean_kube_chains iptables
   clean_kube_chains ip6tables
+  local set
+  for set in $(ipset list -n 2>/dev/null | grep -E '^(KUBE-|kube-router)' || true); do ipset destroy "$set" 2>/dev/null || true; done
   while iptables -C "${guard[@]}" 2>/dev/null; do iptables -D "${guard[@]}"; done
   # Mounts, network namespaces, the bridge, cgroups.
   local m

@@ -7,6 +7,7 @@
 #   scripts/k8s-tools.sh node         kubelet, kube-scheduler and kube-proxy (same wrapper module, same version)
 #   scripts/k8s-tools.sh coredns      CoreDNS from the Go module proxy (the cluster DNS of scripts/cluster.sh)
 #   scripts/k8s-tools.sh pause        the pod sandbox program (infra/pause/main.go, ours), built static
+#   scripts/k8s-tools.sh kube-router  kube-router (its NetworkPolicy controller enforces the chart's policies)
 #   scripts/k8s-tools.sh etcd         etcd from Debian (etcd-server)
 #   scripts/k8s-tools.sh helm         helm from the Go module proxy
 #   scripts/k8s-tools.sh skaffold-schema  skaffold's own JSON schemas (from its Go module), to validate skaffold.yaml
@@ -36,6 +37,8 @@ k8s_dir=$cache/k8s-$K8S_VERSION
 helm_dir=$cache/helm-$HELM_VERSION
 skaffold_dir=$cache/skaffold-schemas-$SKAFFOLD_VERSION
 COREDNS_VERSION=${GRIDSTAT_COREDNS_VERSION:-v1.14.7}
+KUBE_ROUTER_VERSION=${GRIDSTAT_KUBE_ROUTER_VERSION:-v2.1.0}
+kube_router_dir=$cache/kube-router-$KUBE_ROUTER_VERSION
 coredns_dir=$cache/coredns-$COREDNS_VERSION
 pause_dir=$cache/pause-$(sha256sum "$root/infra/pause/main.go" | cut -c1-12)
 
@@ -134,6 +137,12 @@ coredns_tool() {
   go_tool "$coredns_dir" github.com/coredns/coredns "$COREDNS_VERSION" github.com/coredns/coredns coredns
 }
 
+# kube-router's network-policy controller (iptables + ipset) enforces NetworkPolicies on the node's bridge.
+kube_router_tool() {
+  go_tool "$kube_router_dir" github.com/cloudnativelabs/kube-router/v2 "$KUBE_ROUTER_VERSION" \
+    github.com/cloudnativelabs/kube-router/v2/cmd/kube-router kube-router
+}
+
 # The pod sandbox ("pause") is our own 40-line static program; scripts/cluster.sh turns it into an image.
 pause_tool() {
   [ -x "$pause_dir/bin/pause" ] && return 0
@@ -216,6 +225,7 @@ print_env() {
   echo "export GRIDSTAT_SKAFFOLD_SCHEMAS=$skaffold_dir"
   echo "export GRIDSTAT_COREDNS=$coredns_dir/bin/coredns"
   echo "export GRIDSTAT_PAUSE=$pause_dir/bin/pause"
+  echo "export GRIDSTAT_KUBE_ROUTER=$kube_router_dir/bin/kube-router"
 }
 
 check() {
@@ -225,7 +235,7 @@ check() {
 
 check_node() {
   [ -x "$k8s_dir/bin/kubelet" ] && [ -x "$k8s_dir/bin/kube-scheduler" ] && [ -x "$k8s_dir/bin/kube-proxy" ] \
-    && [ -x "$coredns_dir/bin/coredns" ] && [ -x "$pause_dir/bin/pause" ]
+    && [ -x "$coredns_dir/bin/coredns" ] && [ -x "$pause_dir/bin/pause" ] && [ -x "$kube_router_dir/bin/kube-router" ]
 }
 
 cmd=${1:-all}
@@ -236,10 +246,11 @@ case $cmd in
   node) node_tool;;
   coredns) coredns_tool;;
   pause) pause_tool;;
+  kube-router) kube_router_tool;;
   check-node) check_node;;
   etcd) etcd_tool;;
   helm) helm_tool;;
   env) print_env;;
   check) check;;
-  *) die "unknown command $cmd (all|apiserver|node|coredns|pause|etcd|helm|skaffold-schema|env|check|check-node)";;
+  *) die "unknown command $cmd (all|apiserver|node|coredns|pause|kube-router|etcd|helm|skaffold-schema|env|check|check-node)";;
 esac

@@ -66,6 +66,7 @@ def host_state() -> dict[str, Any]:
         "nft tables": sorted(run("nft", "list", "tables").splitlines()),
         "links": sorted(line.split(":")[1].strip().split("@")[0] for line in run("ip", "-o", "link").splitlines()),
         "netns": sorted(run("ip", "netns", "list").split()),
+        "ipsets": sorted(run("ipset", "list", "-n").split()),
         "mounts": sorted(line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()
                          if str(CLUSTER_DIR) in line.split()[1]),
         "sysctls": {k: run("sysctl", "-n", k).strip() for k in SYSCTLS},

@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from gridstat.chaos import kube
+
 from .node import CHART, SCRIPTS, Node, pod_ready
 from .release import API, CLIENTS, Release, ready_now, subscription
 
@@ -267,3 +269,38 @@ def test_helm_upgrade_and_rollback_roll_the_routers_one_at_a_time(flow: Release)
                             f"router downtimes {watcher.down}"
     node.timings["helm upgrade and rollback: longest gap ms"] = max(
         (g["to_ts_ms"] - g["from_ts_ms"] + INTERVAL_MS for g in gaps), default=0)
+
+
+CONNECT = """import socket, sys
+try:
+    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=3).close()
+    print("connected")
+except OSError as exc:
+    print("refused", type(exc).__name__)
+"""
+
+
+def test_network_policies_refuse_what_they_do_not_allow(flow: Release) -> None:
+    """kube-router's policy controller enforces the chart's NetworkPolicies on the node: the leaf broker's
+    gRPC port answers its operator, and refuses a pod of another namespace and a client of its own."""
+    node = flow.node
+    broker_ip = node.get("pod", flow.broker_pod("A"), flow.namespace)["status"]["podIP"]  # type: ignore[index]
+    outsider = f"{flow.namespace}-outsider"
+    node.kubectl("create", "namespace", outsider)
+    try:
+        probe = kube.client_pod("probe", outsider, [])
+        probe["spec"]["containers"][0]["args"] = ["sleep", "600"]
+        node.apply(probe)
+        node.wait_until("probe pod Ready", lambda: pod_ready(node.get("pod", "probe", outsider) or {}), 120)
+        operator = node.pods(flow.namespace, f"app.kubernetes.io/instance={flow.name}",
+                             "app.kubernetes.io/component=operator")[0]["metadata"]["name"]
+
+        def connect(namespace: str, pod: str) -> str:
+            return node.exec(namespace, pod, "python3", "-c", CONNECT, broker_ip, "7700").stdout.strip()
+
+        assert connect(flow.namespace, operator) == "connected"  # allowed: the operator calls its brokers
+        assert connect(outsider, "probe").startswith("refused"), "a pod of another namespace reached the broker"
+        assert connect(flow.namespace, "pmu1").startswith("refused"), "a client reached the broker directly"
+        assert_nothing_lost(delivered(flow), "with the policies enforced")
+    finally:
+        node.kubectl("delete", "namespace", outsider, "--wait=false", check=False)

@@ -86,6 +86,11 @@ spawn() {
   echo $! >"$dir/run/$name.pid"
 }
 
+policy_synced() {
+  alive kube-router || die "kube-router exited: $(tail -3 "$dir/log/kube-router.log")"
+  iptables -S KUBE-ROUTER-FORWARD >/dev/null 2>&1
+}
+
 ctr_answers() { ctr -a "$CONTAINERD_ADDRESS" version >/dev/null 2>&1; }
 
 alive() { [ -f "$dir/run/$1.pid" ] && kill -0 "$(cat "$dir/run/$1.pid")" 2>/dev/null; }
@@ -369,15 +374,20 @@ up() {
     --hostname-override "$node" --cluster-cidr "$pod_cidr" --conntrack-max-per-core 0 \
     --conntrack-tcp-timeout-established 0 --conntrack-tcp-timeout-close-wait 0 \
     --healthz-bind-address 127.0.0.1:10256 --metrics-bind-address 127.0.0.1:10249 --nodeport-addresses 127.0.0.0/8 --v=1
-  # NetworkPolicies: kube-router's policy controller only (no routing, no service proxy, no CNI of its own).
-  spawn kube-router "$GRIDSTAT_KUBE_ROUTER" --kubeconfig "$dir/kubeconfig" --hostname-override "$node" \
-    --run-firewall=true --run-router=false --run-service-proxy=false --enable-cni=false --enable-pod-egress=false \
-    --health-port=0 --metrics-port=0 -v=1
   spawn kubelet "$GRIDSTAT_K8S_BIN/kubelet" --config "$dir/cfg/kubelet.yaml" --kubeconfig "$dir/kubeconfig" \
     --root-dir "$dir/kubelet" --hostname-override "$node" --v=1
   kc apply --server-side --force-conflicts -f "$dir/cfg/cluster-objects.yaml" >/dev/null
   wait_for "node $node Ready" 120 node_ready
   took "node Ready"
+
+  step "NetworkPolicy controller"
+  # kube-router's policy controller only (no routing, no service proxy, no CNI of its own); it needs
+  # the Node object, so it starts once the kubelet has registered it.
+  spawn kube-router "$GRIDSTAT_KUBE_ROUTER" --kubeconfig "$dir/kubeconfig" --hostname-override "$node" \
+    --run-firewall=true --run-router=false --run-service-proxy=false --enable-cni=false --enable-pod-egress=false \
+    --health-port=0 --metrics-port=0 -v=1
+  wait_for "kube-router's first policy sync" 60 policy_synced
+  took "NetworkPolicy controller"
 
   if [ -n "${GRIDSTAT_KUBE_PARENT_PID:-}" ]; then
     setsid bash -c 'while kill -0 "$1" 2>/dev/null && [ -f "$2/run/kubelet.pid" ]; do sleep 1; done

@@ -298,9 +298,13 @@ def test_network_policies_refuse_what_they_do_not_allow(flow: Release) -> None:
         def connect(namespace: str, pod: str) -> str:
             return node.exec(namespace, pod, "python3", "-c", CONNECT, broker_ip, "7700").stdout.strip()
 
-        assert connect(flow.namespace, operator) == "connected"  # allowed: the operator calls its brokers
-        assert connect(outsider, "probe").startswith("refused"), "a pod of another namespace reached the broker"
+        # The policy controller applies a new pod's rules within seconds (as every enforcing CNI does).
+        started = time.monotonic()
+        node.wait_until("a pod of another namespace refused by the broker's policy",
+                        lambda: connect(outsider, "probe").startswith("refused"), 60, 1.0)
+        node.timings["a new pod's policy enforced after, s"] = time.monotonic() - started
         assert connect(flow.namespace, "pmu1").startswith("refused"), "a client reached the broker directly"
+        assert connect(flow.namespace, operator) == "connected"  # allowed: the operator calls its brokers
         assert_nothing_lost(delivered(flow), "with the policies enforced")
     finally:
         node.kubectl("delete", "namespace", outsider, "--wait=false", check=False)

@@ -402,32 +402,31 @@ class DeliveryCounter:
         return out
 
 
-def parse_subscribed_variables(values: list[str]) -> list[str]:
-    """``--variable PUBLISHER/VARIABLE`` values: each well formed and given once."""
+def _variables(values: list[str], check: Callable[[str], object]) -> list[str]:
+    """``--variable`` values: each passing ``check`` (its error named with the value) and given once."""
     out: list[str] = []
     for v in values:
         try:
-            split_variable_name(v)
+            check(v)
         except ValidationError as exc:
             raise ValidationError(f"--variable {v!r}: {exc.args[0]}", field="variable") from None
         if v in out:
             raise ValidationError(f"--variable {v!r} is given twice", field="variable")
         out.append(v)
     return out
+
+
+def parse_subscribed_variables(values: list[str]) -> list[str]:
+    """``--variable PUBLISHER/VARIABLE`` values: each well formed and given once."""
+    return _variables(values, split_variable_name)
+
+
+def _own_variable_name(v: str) -> None:
+    if "/" in v:
+        raise ValidationError("give the variable's own name; the publisher is --name", field="variable")
+    check_name(v, what="variable")
 
 
 def parse_published_variables(values: list[str]) -> list[str]:
     """``--variable NAME`` values of a publisher (no ``/``): each well formed and given once."""
-    out: list[str] = []
-    for v in values:
-        if "/" in v:
-            raise ValidationError(f"--variable {v!r}: give the variable's own name; the publisher is --name",
-                                  field="variable")
-        try:
-            check_name(v, what="variable")
-        except ValidationError as exc:
-            raise ValidationError(f"--variable {v!r}: {exc.args[0]}", field="variable") from None
-        if v in out:
-            raise ValidationError(f"--variable {v!r} is given twice", field="variable")
-        out.append(v)
-    return out
+    return _variables(values, _own_variable_name)

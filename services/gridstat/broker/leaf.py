@@ -342,6 +342,9 @@ class LeafBroker(SegmentsMixin, ModesMixin, FloodingMixin, CondensationMixin):
             self.refuse_condensation_publisher(name, kind)
             st = self.state
             old = st.clients.get((kind, name))
+            if old is not None and not first_time and \
+                    (old.edge_router, old.host, old.port) == (edge_router, host, port):
+                return old.client_id, False  # asked again (a publisher following its edge): nothing changes
             restarted = False
             if old is not None and first_time:
                 # A first-time registration of a known client means it crashed (dissertation 3.7):

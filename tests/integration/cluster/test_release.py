@@ -69,6 +69,8 @@ def assert_nothing_lost(d: dict[str, Any], during: str) -> None:
 
 def test_every_role_runs_and_helm_test_passes(release: Release) -> None:
     node = release.node
+    # the chaos scenarios before may have left a replacement pod starting: every role Ready again first
+    node.wait_until("every pod of the release Ready", release.all_ready, 180)
     pods = release.role_pods()
     components = sorted({p["metadata"]["labels"]["app.kubernetes.io/component"] for p in pods})
     assert components == ["admission", "broker", "operator", "parent", "router"], components

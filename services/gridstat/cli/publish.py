@@ -164,23 +164,14 @@ async def _connect(args: argparse.Namespace, names: list[str], tls: TlsFiles | N
     return session, pub, handles
 
 
-#: A running publisher asks its edge router where events go when its connection to the edge dropped
-#: (at most every FOLLOW_EDGE_S; a restarted edge router pod is back at a new address,
-#: docs/kubernetes.md#upgrades), and at least every FOLLOW_EDGE_IDLE_S.
+#: How often a running publisher asks its edge router where events go (a restarted edge router pod
+#: is back at a new address, docs/kubernetes.md#upgrades). An unchanged answer is a read at the broker.
 FOLLOW_EDGE_S = 1.0
-FOLLOW_EDGE_IDLE_S = 30.0
-#: How often the connection's state is looked at (a local read, no call).
-FOLLOW_EDGE_POLL_S = 0.2
 
 
-async def follow_edge(runner: Runner, pub: Publisher, session: EdgeSession, edge: str) -> None:
-    """Re-ask the edge router for its event address when the connection to it dropped; say when it moved."""
-    asked = time.monotonic()
-    while not await runner.sleep(FOLLOW_EDGE_POLL_S):
-        since = time.monotonic() - asked
-        if since < FOLLOW_EDGE_S or (session.connected() and since < FOLLOW_EDGE_IDLE_S):
-            continue
-        asked = time.monotonic()
+async def follow_edge(runner: Runner, pub: Publisher, edge: str) -> None:
+    """Re-ask the edge router for its event address every FOLLOW_EDGE_S; say when it moved."""
+    while not await runner.sleep(FOLLOW_EDGE_S):
         try:
             if await pub.refresh_edge():
                 runner.warn(f"edge router {edge} moved: events now go to {pub.edge[0]}:{pub.edge[1]}")
@@ -205,7 +196,7 @@ async def _run(args: argparse.Namespace, names: list[str], tls: TlsFiles | None)
     ids = ",".join(f"{v.full_name}:{v.variable_id}" for v in variables)
     runner.line(f"READY name={args.name} variables={ids} interval_ms={args.interval_ms} edge={args.edge}")
     task = asyncio.ensure_future(loop.run(runner.stop))
-    follow = asyncio.ensure_future(follow_edge(runner, pub, session, args.edge))
+    follow = asyncio.ensure_future(follow_edge(runner, pub, args.edge))
     try:
         period = args.stats_every_s
         while not runner.stop.is_set():

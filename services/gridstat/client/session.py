@@ -311,11 +311,6 @@ class EdgeSession:
     async def close(self) -> None:
         await self._client.close()
 
-    def connected(self) -> bool:
-        """Whether the connection to the edge router is up now (no call is made): it drops when the
-        edge router's process goes, so a client can ask again where the edge is."""
-        return self._client.channel().get_state(try_to_connect=False) is grpc.ChannelConnectivity.READY
-
     async def __aenter__(self) -> EdgeSession:
         return self
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import time
+from collections.abc import AsyncIterator
 
 from gridstat.router.process import RouterConfig, StatusRouter
 from gridstat.telemetry import roles
@@ -32,14 +34,24 @@ def telemetry_args(max_age_ms: int) -> argparse.Namespace:
     return args
 
 
-async def test_healthz_is_200_while_the_loop_runs_and_503_once_its_heartbeat_is_stale() -> None:
+@contextlib.asynccontextmanager
+async def served_router(max_age_ms: int = 200) -> AsyncIterator[tuple[StatusRouter, int]]:
+    """A started router and the port of its metrics server (/metrics, /healthz, /readyz)."""
     router = StatusRouter(RouterConfig(name="r", router_id=1, ping_interval_ms=20))
     await router.start()
-    tel = roles.for_router(router, telemetry_args(max_age_ms=200))
+    tel = roles.for_router(router, telemetry_args(max_age_ms=max_age_ms))
     await tel.start()
     try:
         port = tel.metrics_port
         assert port is not None
+        yield router, port
+    finally:
+        await tel.stop()
+        await router.stop()
+
+
+async def test_healthz_is_200_while_the_loop_runs_and_503_once_its_heartbeat_is_stale() -> None:
+    async with served_router() as (router, port):
         await asyncio.sleep(0.3)  # longer than the limit: a running loop keeps the heartbeat fresh
         status, body = await http_get(port, "/healthz")
         assert status == "HTTP/1.1 200 OK" and body.startswith("ok: loop heartbeat"), body
@@ -59,9 +71,6 @@ async def test_healthz_is_200_while_the_loop_runs_and_503_once_its_heartbeat_is_
         assert status == "HTTP/1.1 503 Service Unavailable" and body.startswith("unhealthy:"), body
         # /metrics is unaffected by health.
         assert (await http_get(port, "/metrics"))[0] == "HTTP/1.1 200 OK"
-    finally:
-        await tel.stop()
-        await router.stop()
 
 
 async def test_a_blocked_loop_is_reported_once_it_runs_again_and_the_limit_is_at_least_three_pings() -> None:
@@ -79,18 +88,9 @@ async def test_a_blocked_loop_is_reported_once_it_runs_again_and_the_limit_is_at
 
 
 async def test_readyz_is_503_until_its_broker_has_installed_the_tables_of_this_boot() -> None:
-    router = StatusRouter(RouterConfig(name="r", router_id=1, ping_interval_ms=20))
-    await router.start()
-    tel = roles.for_router(router, telemetry_args(max_age_ms=200))
-    await tel.start()
-    try:
-        port = tel.metrics_port
-        assert port is not None
+    async with served_router() as (router, port):
         status, body = await http_get(port, "/readyz")
         assert status == "HTTP/1.1 503 Service Unavailable" and "waiting for its broker" in body, body
         router.set_mode(0)  # what a broker's rebuild ends with (broker.installer.reconcile)
         status, body = await http_get(port, "/readyz")
         assert status == "HTTP/1.1 200 OK" and body.startswith("ok: tables installed"), body
-    finally:
-        await tel.stop()
-        await router.stop()

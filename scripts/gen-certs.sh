@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A local CA and one certificate per role for the embedded mode's mTLS control plane (docs/security.md).
-# Usage: scripts/gen-certs.sh [DIR] [ROLE...]   (default DIR ./certs; default roles router broker admission
+# Usage: scripts/gen-certs.sh [DIR] [ROLE...]   (default DIR ./certs; default roles router broker admission admin
 #        parent client condense). Writes DIR/ca.pem, DIR/ca.key and DIR/ROLE.pem + DIR/ROLE.key (0600).
 # Every certificate is valid for 127.0.0.1, ::1, localhost and its role name, as server and as client.
 # A client's certificate is its identity (CN = ROLE): with --tls-client-ca the leaf broker binds client
@@ -11,7 +11,7 @@ set -euo pipefail
 dir=${1:-certs}
 shift || true
 roles=("$@")
-[ ${#roles[@]} -gt 0 ] || roles=(router broker admission parent client condense)
+[ ${#roles[@]} -gt 0 ] || roles=(router broker admission parent admin client condense)
 days=${GRIDSTAT_CERT_DAYS:-825}
 mkdir -p "$dir"
 umask 077

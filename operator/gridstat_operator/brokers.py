@@ -32,7 +32,8 @@ from gridstat_operator import config as configs
 T = TypeVar("T")
 
 #: Refusals that pass on their own: retried in place, then reported as retriable.
-RETRIABLE_REASONS = frozenset({"ModeChangeInProgress", "Unavailable", "RouterUnavailable", "BrokerUnavailable"})
+RETRIABLE_REASONS = frozenset({"ModeChangeInProgress", "Unavailable", "RouterUnavailable", "BrokerUnavailable",
+                               "BrokerBusy"})  # BrokerBusy: over the broker's admission bound (broker.gate)
 #: gRPC codes that mean "no answer", as opposed to "no".
 UNAVAILABLE_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
                                grpc.StatusCode.CANCELLED})

@@ -6,8 +6,10 @@
 The chart renders ``topology.yaml`` from its values: per cloud the leaf broker's address, the
 routers (name, id, role, capacity, the StatefulSet pod's DNS name and ports) and the channels;
 with a parent broker, the clouds as its children and the inter-cloud channels. Routers are
-registered by IP address (the broker's routers send datagrams to each other by address), so the
-job waits until every router's DNS name resolves. Everything is idempotent: what a broker already
+registered with their event address by IP (the broker's routers send datagrams to each other by
+address), so the job waits until every router's DNS name resolves; their control address is the
+pod's DNS name, which the routers' certificates name (a broker checks it under mTLS, and gRPC looks
+it up again when the pod moves). Everything is idempotent: what a broker already
 holds is left alone, a router whose address changed is registered again. ``--check`` changes
 nothing and fails unless every broker answers and holds every router (the chart's ``helm test``).
 
@@ -64,7 +66,7 @@ def apply_cloud(stub: Any, cloud: Mapping[str, Any], *, check: bool, log: list[s
             log.append(f"{cloud['name']}: router {r['name']} ({r['host']}) does not resolve yet")
             complete = False
             continue
-        control, event = f"{ip}:{r['controlPort']}", f"{ip}:{r['eventPort']}"
+        control, event = f"{r['host']}:{r['controlPort']}", f"{ip}:{r['eventPort']}"
         have = held.get(r["name"])
         if have is not None and (have.control_address, have.event_address) == (control, event):
             continue

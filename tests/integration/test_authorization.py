@@ -27,7 +27,9 @@ subscribe:
 def test_policy_is_enforced_at_registration_and_subscription(tmp_path: Path) -> None:
     policy = tmp_path / "policy.yaml"
     policy.write_text(POLICY)
-    with scenarios.cloud(broker_extra=("--policy", str(policy))) as c:
+    # The policy is what this test is about, not who the clients are: plaintext with the explicit opt-out
+    # (with mTLS the names are certificate identities: test_identity_binding.py).
+    with scenarios.cloud(broker_extra=("--policy", str(policy), "--insecure-client-names")) as c:
         c.register_publisher()  # pmu1/freq: allowed
         stub = c.stub
         with pytest.raises(grpc.RpcError) as exc:

@@ -103,6 +103,19 @@ async def test_the_policy_is_evaluated_against_the_client_certificate(tmp_path: 
             (still,) = leaf.stub.ListSubscriptions(bpb.ListSubscriptionsRequest(subscriber="ems"),
                                                   timeout=5).subscriptions
             assert still.subscription.subscription_id == sid and still.subscription.qos[0].interval_ms == 10
+            # Listings: a client sees only its own subscriptions, directly and through its edge proxy; the
+            # administrator sees everyone's (docs/security.md, "Control by role").
+            with grpc.secure_channel(leaf.address, client_tls(certs, "rogue").channel_credentials()) as ch:
+                assert not bpb_grpc.QoSBrokerStub(ch).ListSubscriptions(  # type: ignore[no-untyped-call]
+                    bpb.ListSubscriptionsRequest(), timeout=5).subscriptions
+            with grpc.secure_channel(leaf.address, client_tls(certs, "ems").channel_credentials()) as ch:
+                mine = bpb_grpc.QoSBrokerStub(ch).ListSubscriptions(  # type: ignore[no-untyped-call]
+                    bpb.ListSubscriptionsRequest(), timeout=5).subscriptions
+                assert [r.subscription.subscription_id for r in mine] == [sid]
+            async with await Subscriber.connect("rogue", e2, tls=client_tls(certs, "rogue")) as rogue:
+                assert rogue.session is not None
+                assert not await rogue.session.list_subscriptions()
+            assert len(leaf.stub.ListSubscriptions(bpb.ListSubscriptionsRequest(), timeout=5).subscriptions) == 1
 
         # Refused by the policy, evaluated against the certificate: rogue may not read pmu1/*.
         async with await Subscriber.connect("rogue", e2, tls=client_tls(certs, "rogue")) as rogue:

@@ -56,7 +56,7 @@ async def test_every_control_channel_is_mutual_tls(tmp_path: Path) -> None:
     subprocess.run([str(ROOT / "scripts/gen-certs.sh"), str(certs), "pmu1", "ems", "ems2", "far"], check=True,
                    capture_output=True)
     ca = str(certs / "ca.pem")
-    client_tls = TlsFiles(str(certs / "client.pem"), str(certs / "client.key"), ca)
+    client_tls = TlsFiles(str(certs / "admin.pem"), str(certs / "admin.key"), ca)  # the administrator (core.access)
 
     def named(name: str) -> TlsFiles:
         return TlsFiles(str(certs / f"{name}.pem"), str(certs / f"{name}.key"), ca)

@@ -190,12 +190,12 @@ def _make_pki(tmp: Path) -> dict[str, str]:
 
     run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
         "-subj", "/CN=gridstat-test-ca")
-    for name in ("server", "client"):
+    for name in ("server", "broker"):  # the router's control API answers its broker (core.access)
         run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr",
             "-subj", f"/CN={name}", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost")
         run("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
             "-out", f"{name}.pem", "-days", "2", "-copy_extensions", "copy")
-    return {n: str(tmp / n) for n in ("ca.pem", "server.pem", "server.key", "client.pem", "client.key")}
+    return {n: str(tmp / n) for n in ("ca.pem", "server.pem", "server.key", "broker.pem", "broker.key")}
 
 
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl is needed to make test certificates")
@@ -205,7 +205,7 @@ def test_control_api_over_mutual_tls(tmp_path: Path) -> None:
                                      "--tls-client-ca", pki["ca.pem"]))
     try:
         target = f"127.0.0.1:{r.control_port}"
-        good = TlsFiles(pki["client.pem"], pki["client.key"], pki["ca.pem"]).channel_credentials()
+        good = TlsFiles(pki["broker.pem"], pki["broker.key"], pki["ca.pem"]).channel_credentials()
         with grpc.secure_channel(target, good) as ch:
             health = pb_grpc.RouterControlStub(ch).Health(pb.HealthRequest(), timeout=5)
             assert health.serving and health.router == "t"

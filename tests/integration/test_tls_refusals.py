@@ -54,10 +54,18 @@ def test_connections_without_a_valid_client_certificate_are_refused_counted_and_
         port, metrics_port = int(m.group(1)), int(m.group(2))
         assert _refused(metrics_port) == {}
         ca = (certs / "ca.pem").read_bytes()
-        # A client with a certificate from the right CA gets in and is not counted.
-        good = grpc.ssl_channel_credentials(ca, (certs / "client.key").read_bytes(),
-                                            (certs / "client.pem").read_bytes())
+        # The router's broker (a certificate from the right CA, role broker) gets in and is not counted.
+        good = grpc.ssl_channel_credentials(ca, (certs / "broker.key").read_bytes(),
+                                            (certs / "broker.pem").read_bytes())
         assert _call(port, good) is grpc.StatusCode.OK
+        # A client's certificate from the same CA passes the handshake but not the role check: refused by
+        # method and counted in gridstat_rpc_denied_total (core.access).
+        client = grpc.ssl_channel_credentials(ca, (certs / "client.key").read_bytes(),
+                                              (certs / "client.pem").read_bytes())
+        assert _call(port, client) is grpc.StatusCode.PERMISSION_DENIED
+        text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).read().decode()
+        assert re.search(r'gridstat_rpc_denied_total\{caller_role="client",method="RouterControl.GetStats"'
+                         r'[^}]*\} 1\.0', text), text
         # No client certificate; then one signed by a CA the router does not trust.
         assert _call(port, grpc.ssl_channel_credentials(ca)) is grpc.StatusCode.UNAVAILABLE
         bad = grpc.ssl_channel_credentials(ca, (other / "client.key").read_bytes(),

@@ -160,29 +160,138 @@ imagePullSecrets:
 {{- end }}
 {{- end -}}
 
-{{/* TLS volume and flags. */}}
+{{/*
+TLS (docs/kubernetes.md, "Security"). Every component role has its own certificate in its own Secret
+(kubernetes.io/tls: tls.crt, tls.key, ca.crt; cert-manager's layout): generated on the first install
+from one generated CA (templates/005-Secrets-security.yaml), or an existing one named in
+tls.secrets.<role>, or -- for existing users -- one Secret shared by every role (tls.secretName).
+The identity (CN and first DNS SAN) of a role's certificate, which the servers' per-RPC role
+authorization reads (docs/security.md, "Control by role"). input: the role.
+*/}}
+{{- define "gridstat.tlsIdentity" -}}
+{{- printf "gridstat-%s" . -}}
+{{- end -}}
+
+{{/* The roles whose certificates this release needs. input: the root context. output: JSON list. */}}
+{{- define "gridstat.tlsRoles" -}}
+{{- $roles := list "broker" "router" "operator" -}}
+{{- if .Values.parent.enabled }}{{ $roles = append $roles "parent" }}{{ end -}}
+{{- if .Values.admission.enabled }}{{ $roles = append $roles "admission" }}{{ end -}}
+{{- if .Values.condensationHost.enabled }}{{ $roles = append $roles "condense" }}{{ end -}}
+{{- toJson $roles -}}
+{{- end -}}
+
+{{/* Name of the generated CA's Secret. input: the root context. */}}
+{{- define "gridstat.caSecretName" -}}
+{{- include "gridstat.roleName" (dict "root" . "role" "ca") -}}
+{{- end -}}
+
+{{/* The Secret a role's pods mount. input: (dict "root" $ "role" "broker"). */}}
+{{- define "gridstat.tlsSecretName" -}}
+{{- if .root.Values.tls.secretName -}}
+{{- .root.Values.tls.secretName -}}
+{{- else -}}
+{{- default (include "gridstat.roleName" (dict "root" .root "role" (printf "tls-%s" .role))) (index .root.Values.tls.secrets .role) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Whether the chart generates a role's Secret ("true" or ""). input: (dict "root" $ "role" "broker"). */}}
+{{- define "gridstat.tlsGenerated" -}}
+{{- if and .root.Values.tls.enabled (not .root.Values.tls.secretName) (not (index .root.Values.tls.secrets .role)) }}true{{ end -}}
+{{- end -}}
+
+{{/*
+DNS names of a role's certificate, after its identity: the names the other components dial it by
+(gRPC checks the dialled host name against them; nothing dials by IP: the topology sidecars register
+each router's control address by its pod's DNS name), plus localhost and 127.0.0.1 for the CLI in
+the pod. Routers: a wildcard per cloud over the StatefulSet's pods, so a router added later is
+covered. input: (dict "root" $ "role" "broker"). output: JSON list.
+*/}}
+{{- define "gridstat.tlsDnsNames" -}}
+{{- $root := .root -}}
+{{- $ns := $root.Release.Namespace -}}
+{{- $domain := $root.Values.tls.clusterDomain -}}
+{{- $services := list -}}
+{{- $prefix := "" -}}
+{{- if eq .role "broker" -}}
+{{- range $root.Values.clouds }}{{ $services = append $services (include "gridstat.roleName" (dict "root" $root "role" "broker" "cloud" .name)) }}{{ end -}}
+{{- else if eq .role "router" -}}
+{{- $prefix = "*." -}}
+{{- range $root.Values.clouds }}{{ $services = append $services (include "gridstat.roleName" (dict "root" $root "role" "router" "cloud" .name)) }}{{ end -}}
+{{- else if eq .role "parent" -}}
+{{- $services = list (include "gridstat.roleName" (dict "root" $root "role" "parent")) -}}
+{{- else if eq .role "admission" -}}
+{{- $services = list (include "gridstat.roleName" (dict "root" $root "role" "admission")) -}}
+{{- end -}}
+{{- $names := list (include "gridstat.tlsIdentity" .role) -}}
+{{- range $services -}}
+{{- $names = concat $names (list (printf "%s%s" $prefix .) (printf "%s%s.%s" $prefix . $ns) (printf "%s%s.%s.svc" $prefix . $ns) (printf "%s%s.%s.svc.%s" $prefix . $ns $domain)) -}}
+{{- end -}}
+{{- toJson (append $names "localhost") -}}
+{{- end -}}
+
+{{/* A role's TLS volume. input: (dict "root" $ "role" "broker" "name" "tls"). */}}
 {{- define "gridstat.tlsVolume" -}}
-{{- if .Values.tls.enabled }}
-- name: tls
+{{- if .root.Values.tls.enabled }}
+- name: {{ .name | default "tls" }}
   secret:
-    secretName: {{ .Values.tls.secretName | quote }}
+    secretName: {{ include "gridstat.tlsSecretName" . | quote }}
     defaultMode: 0440
 {{- end }}
 {{- end -}}
-{{/* Environment of the Python gRPC clients (operator, topology sidecars, chart tests) under mTLS. */}}
+{{/* Environment of the Python gRPC clients (operator, topology sidecars, chart tests) under mTLS.
+     input: (dict "root" $ "path" "/etc/gridstat/tls"). */}}
 {{- define "gridstat.tlsEnv" -}}
-{{- if .Values.tls.enabled }}
-- {name: GRIDSTAT_TLS_CA, value: /etc/gridstat/tls/ca.crt}
-- {name: GRIDSTAT_TLS_CERT, value: /etc/gridstat/tls/tls.crt}
-- {name: GRIDSTAT_TLS_KEY, value: /etc/gridstat/tls/tls.key}
+{{- if .root.Values.tls.enabled }}
+{{- $path := .path | default "/etc/gridstat/tls" }}
+- {name: GRIDSTAT_TLS_CA, value: {{ printf "%s/ca.crt" $path }}}
+- {name: GRIDSTAT_TLS_CERT, value: {{ printf "%s/tls.crt" $path }}}
+- {name: GRIDSTAT_TLS_KEY, value: {{ printf "%s/tls.key" $path }}}
 {{- end }}
 {{- end -}}
+{{/* input: (dict "root" $ "name" "tls" "path" "/etc/gridstat/tls"). */}}
 {{- define "gridstat.tlsMount" -}}
-{{- if .Values.tls.enabled }}
-- name: tls
-  mountPath: /etc/gridstat/tls
+{{- if .root.Values.tls.enabled }}
+- name: {{ .name | default "tls" }}
+  mountPath: {{ .path | default "/etc/gridstat/tls" }}
   readOnly: true
 {{- end }}
+{{- end -}}
+
+{{/*
+Role grants for one shared certificate (tls.secretName): its identities, tls.componentIdentities, act
+as every component, so each pattern gets the admin, broker and router roles on every gRPC server
+(`--grant ROLE=PATTERN`, docs/security.md "Control by role"). Per-role certificates carry the
+identities the default grants already name: nothing to add. input: the root context. output: one
+argument per line, "- --grant=..." items.
+*/}}
+{{- define "gridstat.grantArgs" -}}
+{{- if and .Values.tls.enabled .Values.tls.secretName }}
+{{- range .Values.tls.componentIdentities }}
+{{- $p := . }}
+{{- range list "admin" "broker" "router" }}
+- {{ printf "--grant=%s=%s" . $p | quote }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/*
+The leaf broker's edge proxies and platform components that act for clients (`--trusted-proxy`):
+the routers' edge proxies, the operator (and the topology sidecars) and the condensation host; with
+one shared certificate, tls.componentIdentities. input: the root context. output: JSON list.
+*/}}
+{{- define "gridstat.trustedProxies" -}}
+{{- if .Values.tls.secretName -}}
+{{- toJson .Values.tls.componentIdentities -}}
+{{- else -}}
+{{- toJson (list (include "gridstat.tlsIdentity" "router") (include "gridstat.tlsIdentity" "operator") (include "gridstat.tlsIdentity" "condense")) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Name of the channel master secret's Secret (given or generated). input: the root context. */}}
+{{- define "gridstat.channelKeySecretName" -}}
+{{- default (include "gridstat.roleName" (dict "root" . "role" "channel-key")) .Values.dataPlaneAuth.secretName -}}
 {{- end -}}
 
 {{/*
@@ -197,6 +306,10 @@ re-read by the broker when Kubernetes updates the mounted file). input: the root
 {{- end }}
 {{- if .Values.authorization.policy }}
 - --policy=/etc/gridstat/policy/policy.yaml
+{{- if not .Values.tls.enabled }}
+{{- /* insecure on purpose (security.insecure): a policy then trusts self-declared names (docs/security.md) */}}
+- --insecure-client-names
+{{- end }}
 {{- end }}
 {{- end -}}
 {{- define "gridstat.brokerSecurityMounts" -}}
@@ -211,7 +324,7 @@ re-read by the broker when Kubernetes updates the mounted file). input: the root
 {{- if .Values.dataPlaneAuth.enabled }}
 - name: channel-key
   secret:
-    secretName: {{ .Values.dataPlaneAuth.secretName | quote }}
+    secretName: {{ include "gridstat.channelKeySecretName" . | quote }}
     defaultMode: 0400
     items:
       - {key: {{ .Values.dataPlaneAuth.secretKey | quote }}, path: channel-key}
@@ -323,15 +436,15 @@ parent.enabled: {{ len .Values.clouds }} clouds need a parent broker for inter-c
 {{- end -}}
 
 {{- define "gridstat.validateValues.tls" -}}
-{{- if and .Values.tls.enabled (not .Values.tls.secretName) -}}
-tls.secretName: tls.enabled=true needs a Secret with tls.crt, tls.key and ca.crt; set tls.secretName.
-{{- end -}}
+{{- if and (not .Values.tls.enabled) (not .Values.security.insecure) -}}
+security.insecure: tls.enabled=false turns off mTLS: anyone who can reach a gRPC port could command the routers and brokers (docs/security.md). Set security.insecure=true to acknowledge it, or leave tls.enabled=true (certificates are generated on install).
+{{ end -}}
 {{- end -}}
 
 {{- define "gridstat.validateValues.dataPlaneAuth" -}}
-{{- if and .Values.dataPlaneAuth.enabled (not .Values.dataPlaneAuth.secretName) -}}
-dataPlaneAuth.secretName: dataPlaneAuth.enabled=true needs a Secret with the hex channel master secret (e.g. `kubectl create secret generic NAME --from-literal=channel-key=$(openssl rand -hex 32)`); set dataPlaneAuth.secretName.
-{{- end -}}
+{{- if and (not .Values.dataPlaneAuth.enabled) (not .Values.security.insecure) -}}
+security.insecure: dataPlaneAuth.enabled=false turns off datagram authentication: anyone who can send UDP to a router could forge events (docs/security.md). Set security.insecure=true to acknowledge it, or leave dataPlaneAuth.enabled=true (the key is generated on install).
+{{ end -}}
 {{- end -}}
 
 {{- define "gridstat.validateValues.condensationHost" -}}

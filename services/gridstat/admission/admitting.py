@@ -174,7 +174,7 @@ class AdmissionController:
     def __init__(self, *, policy: Policy = Policy.FULL, bound: Bound = Bound.UPPER, min_fraction: float = 0.0,
                  event_bytes: float = DEFAULT_EVENT_BYTES, entry_bytes: float = DEFAULT_ENTRY_BYTES,
                  buffer_s: float = DEFAULT_BUFFER_S,
-                 default_memory_bytes: float = DEFAULT_ROUTER_MEMORY_BYTES) -> None:
+                 default_memory_bytes: float = DEFAULT_ROUTER_MEMORY_BYTES, overlap_bound: bool = False) -> None:
         if not 0.0 <= min_fraction <= 1.0:
             raise ValidationError(f"min_fraction must be within 0..1, got {min_fraction}", field="min_fraction")
         for name, v in (("event_bytes", event_bytes), ("entry_bytes", entry_bytes), ("buffer_s", buffer_s),
@@ -184,6 +184,8 @@ class AdmissionController:
         self.graph = AdvertisementGraph()
         self.policy = policy
         self.bound = bound
+        #: Upper bound: Theorem 1's (False) or the smaller of it and the overlapping advertisements' total.
+        self.overlap_bound = overlap_bound
         self.min_fraction = min_fraction
         self.event_bytes = event_bytes
         self.entry_bytes = entry_bytes
@@ -261,7 +263,7 @@ class AdmissionController:
 
     # -- admission ---------------------------------------------------------------------------------
     def requirement(self, filt: Filter, interval_ms: int = 0) -> Requirement:
-        return self.graph.requirement(filt, interval_ms=interval_ms)
+        return self.graph.requirement(filt, interval_ms=interval_ms, overlap_bound=self.overlap_bound)
 
     def admit(self, subscription_id: str, filt: Filter, hops: Sequence[Hop], *, interval_ms: int = 0,
               policy: Policy | None = None, bound: Bound | None = None) -> Decision:
@@ -276,7 +278,7 @@ class AdmissionController:
         policy = policy or self.policy
         bound = bound or self.bound
         try:
-            req = self.graph.requirement(filt, interval_ms=interval_ms)
+            req = self.requirement(filt, interval_ms)
         except NoMatchingAdvertisement as exc:
             return self._count(Decision(subscription_id, False, exc.reason, str(exc), policy, bound, 0.0, None, 0.0))
         rate = req.bound(bound is Bound.UPPER)

@@ -34,11 +34,19 @@ those of any s:
     minRate = max_{t in T} t.rate      maxRate = min_{s in S} s.rate            (and the counts)
 
 Where S is empty (nothing covers the filter) we bound by the advertisements the filter overlaps at
-all, which is also a valid upper bound when S is not empty, so the smaller of the two is used
-(ours; the paper leaves S = {} open). A filter that overlaps no advertisement covers nothing:
+all (ours; the paper leaves S = {} open). That overlap total is also a valid upper bound when S is
+not empty, sometimes tighter than Theorem 1's: ``Requirement.overlap_rate`` shows it beside
+``max_rate``, and ``requirement(..., overlap_bound=True)`` takes the smaller (the admission
+controller's ``--upper-bound overlap``). A filter that overlaps no advertisement covers nothing:
 :class:`NoMatchingAdvertisement`. GridStat's rate filter adds one more bound (ours): a subscription
-at interval ``s`` receives at most one event per interval from each covered advertisement, so the
-upper bound is also ``maxCount * 1000/s`` and the lower ``min(minRate, 1000/s)``.
+at interval ``s`` receives at most one event per interval from each advertisement, so every rate
+above -- the node's, each predecessor's and successor's, the overlap total -- sums
+``min(V_pmax, 1000/s)`` over its advertisements instead of ``V_pmax``: the lower bound and the upper
+are capped the same way.
+
+Look-ups follow the graph's edges: ancestors by parent edges; covering, covered and overlapping
+nodes by a descent from the roots that prunes what cannot match (docs/admission.md, measured at
+10,000 advertisements in docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -122,9 +130,33 @@ class Requirement:
     exact: bool
     predecessors: tuple[str, ...] = ()
     successors: tuple[str, ...] = ()
+    #: The advertisements the filter overlaps at all: their total rate and number (an upper bound too).
+    overlap_rate: float = 0.0
+    overlap_count: int = 0
 
     def bound(self, upper: bool) -> float:
         return self.max_rate if upper else self.min_rate
+
+
+@dataclass
+class Around:
+    """The nodes of the graph around a filter: those covering it strictly, those it covers strictly,
+    and every node it overlaps (these included)."""
+
+    covering: list[Node]
+    covered: list[Node]
+    overlapping: list[Node]
+
+    def predecessors(self) -> list[Node]:
+        """S: the tightest covering nodes. The graph's edges are its covering relation reduced, so a
+        covering node is not the tightest exactly when one of its children also covers the filter."""
+        keys = {n.key for n in self.covering}
+        return [n for n in self.covering if keys.isdisjoint(n.children)]
+
+    def successors(self) -> list[Node]:
+        """T: the widest covered nodes, those with no covered parent (the same argument)."""
+        keys = {n.key for n in self.covered}
+        return [n for n in self.covered if keys.isdisjoint(n.parents)]
 
 
 class AdvertisementGraph:
@@ -134,6 +166,8 @@ class AdvertisementGraph:
         self._nodes: dict[str, Node] = {}
         #: Advertisement id -> (node key, V_pmax).
         self._ads: dict[str, tuple[str, float]] = {}
+        #: Keys of the nodes without parents: every look-up starts there and follows the edges.
+        self._roots: set[str] = set()
         #: Bumped by every change.
         self.version = 0
 
@@ -162,7 +196,7 @@ class AdvertisementGraph:
         return sum(rate for _, rate in self._ads.values())
 
     def roots(self) -> list[Node]:
-        return [n for n in self._nodes.values() if not n.parents]
+        return [self._nodes[k] for k in self._roots]
 
     # -- advertise / unadvertise -----------------------------------------------------------------
     def advertise(self, advertisement_id: str, filt: Filter, rate_eps: float) -> Insertion:
@@ -176,16 +210,15 @@ class AdvertisementGraph:
         existing = self._nodes.get(filt.key)
         if existing is not None:  # (a) identical filter: it and its ancestors gain the rate
             existing.own[advertisement_id] = rate
-            for n in (existing, *self._ancestors(existing.filter)):
+            for n in (existing, *self._ancestors_of(existing)):
                 n.rate += rate
                 n.count += 1
             self._ads[advertisement_id] = (existing.key, rate)
             self.version += 1
             return Insertion(existing.key, False)
-        covering = self._ancestors(filt)
-        covered = [n for n in self._nodes.values() if filt.covers(n.filter)]
-        preds = _minimal(covering)
-        succs = _maximal(covered)
+        around = self._search(filt)
+        covering = around.covering
+        preds, succs = around.predecessors(), around.successors()
         # Successor-related computation with the shared-descendant correction.
         below: dict[str, Node] = {}
         for t in succs:
@@ -208,6 +241,9 @@ class AdvertisementGraph:
         for t in succs:
             t.parents.add(m.key)
             m.children.add(t.key)
+            self._roots.discard(t.key)
+        if not preds:
+            self._roots.add(m.key)
         # Predecessor-related computation: every ancestor once, however many paths reach it.
         for a in covering:
             a.rate += rate
@@ -224,7 +260,7 @@ class AdvertisementGraph:
             raise NotFound(f"no advertisement {advertisement_id!r}", field="advertisement_id") from None
         node = self._nodes[key]
         del node.own[advertisement_id]
-        for n in (node, *self._ancestors(node.filter)):
+        for n in (node, *self._ancestors_of(node)):
             n.rate -= rate
             n.count -= 1
             if n.count == 0:
@@ -236,6 +272,7 @@ class AdvertisementGraph:
 
     def _remove_node(self, node: Node) -> None:
         del self._nodes[node.key]
+        self._roots.discard(node.key)
         parents = [self._nodes[p] for p in node.parents]
         children = [self._nodes[c] for c in node.children]
         for p in parents:
@@ -249,37 +286,46 @@ class AdvertisementGraph:
                 if c.key in keep and c.key not in p.children:
                     p.children.add(c.key)
                     c.parents.add(p.key)
+        for c in children:
+            if not c.parents:
+                self._roots.add(c.key)
 
     # -- Theorem 1 -------------------------------------------------------------------------------
-    def requirement(self, filt: Filter, *, interval_ms: int = 0) -> Requirement:
-        """The resource requirement of a subscription with filter ``filt`` (3.4, Eq. 2, Theorem 1)."""
+    def requirement(self, filt: Filter, *, interval_ms: int = 0, overlap_bound: bool = False) -> Requirement:
+        """The resource requirement of a subscription with filter ``filt`` (3.4, Eq. 2, Theorem 1).
+
+        ``max_rate`` is Theorem 1's ``min_{s in S} s.rate`` (the overlapping advertisements' total when
+        S is empty); ``overlap_rate`` is that total in any case, a valid and sometimes tighter upper
+        bound, which ``overlap_bound=True`` uses instead when it is smaller (ours, the admission
+        controller's ``--upper-bound overlap``). With the rate filter's interval both bounds cap each
+        advertisement at one event per interval, the lower as the upper (module docstring).
+        """
         if interval_ms < 0:
             raise ValidationError(f"interval_ms must not be negative, got {interval_ms}", field="interval_ms")
+        cap = 1000.0 / interval_ms if interval_ms else math.inf
         node = self._nodes.get(filt.key)
-        if node is not None:
-            req = Requirement(node.rate, node.rate, node.count, node.count, True)
+        if node is not None:  # exact: the bounds coincide, and the overlap figures are the node's
+            rate = self._rate_under(node, cap)
+            return Requirement(rate, rate, node.count, node.count, True, overlap_rate=rate, overlap_count=node.count)
+        around = self._search(filt)
+        over_rate = sum(min(r, cap) for n in around.overlapping for r in n.own.values())
+        over_count = sum(len(n.own) for n in around.overlapping)
+        if over_count == 0:
+            raise NoMatchingAdvertisement(
+                f"no advertisement can match {filt.key!r}: the subscription covers nothing", field="filter")
+        preds, succs = around.predecessors(), around.successors()
+        if preds:
+            max_rate = min(self._rate_under(s, cap) for s in preds)
+            max_count = min(s.count for s in preds)
         else:
-            overlapping = [n for n in self._nodes.values() if filt.intersects(n.filter)]
-            over_rate = sum(n.own_rate for n in overlapping)
-            over_count = sum(len(n.own) for n in overlapping)
-            if over_count == 0:
-                raise NoMatchingAdvertisement(
-                    f"no advertisement can match {filt.key!r}: the subscription covers nothing", field="filter")
-            preds = _minimal(self._ancestors(filt))
-            succs = _maximal([n for n in self._nodes.values() if filt.covers(n.filter)])
-            max_rate = min([s.rate for s in preds] + [over_rate])
-            max_count = min([s.count for s in preds] + [over_count])
-            min_rate = max((t.rate for t in succs), default=0.0)
-            min_count = max((t.count for t in succs), default=0)
-            req = Requirement(min_rate, max_rate, min_count, max_count, False,
-                              tuple(sorted(s.key for s in preds)), tuple(sorted(t.key for t in succs)))
-        if interval_ms:
-            per_publisher = 1000.0 / interval_ms
-            upper = min(req.max_rate, req.max_count * per_publisher)
-            lower = min(req.min_rate, per_publisher if req.min_count else 0.0)
-            req = Requirement(lower, upper, req.min_count, req.max_count, req.exact,
-                              req.predecessors, req.successors)
-        return req
+            max_rate, max_count = over_rate, over_count
+        if overlap_bound:
+            max_rate, max_count = min(max_rate, over_rate), min(max_count, over_count)
+        min_rate = max((self._rate_under(t, cap) for t in succs), default=0.0)
+        min_count = max((t.count for t in succs), default=0)
+        return Requirement(min_rate, max_rate, min_count, max_count, False,
+                           tuple(sorted(s.key for s in preds)), tuple(sorted(t.key for t in succs)),
+                           overlap_rate=over_rate, overlap_count=over_count)
 
     # -- invariant -------------------------------------------------------------------------------
     def check(self) -> None:
@@ -297,10 +343,47 @@ class AdvertisementGraph:
                 if n.key not in self._nodes[c].parents:
                     raise AssertionError(f"edge {n.key!r} -> {c!r} has no back edge")
 
-    # -- helpers ---------------------------------------------------------------------------------
-    def _ancestors(self, filt: Filter) -> list[Node]:
-        """Every node that covers ``filt`` strictly (for a node: its ancestors), each once."""
-        return [n for n in self._nodes.values() if n.key != filt.key and n.filter.covers(filt)]
+    # -- helpers: every look-up follows the graph's edges from the roots or from a node ------------
+    def _ancestors_of(self, node: Node) -> list[Node]:
+        """A node's ancestors, each once, by its parent edges."""
+        seen: dict[str, Node] = {}
+        stack = list(node.parents)
+        while stack:
+            k = stack.pop()
+            if k not in seen:
+                seen[k] = self._nodes[k]
+                stack.extend(seen[k].parents)
+        return list(seen.values())
+
+    def _search(self, filt: Filter) -> Around:
+        """The nodes around ``filt`` in one descent from the roots. A node disjoint from ``filt`` has
+        only disjoint descendants, so the descent follows children of intersecting nodes only, and
+        visits each intersecting node once."""
+        seen: set[str] = set()
+        around = Around([], [], [])
+        stack = [self._nodes[k] for k in self._roots]
+        while stack:
+            n = stack.pop()
+            if n.key in seen:
+                continue
+            seen.add(n.key)
+            if not n.filter.intersects(filt):
+                continue
+            around.overlapping.append(n)
+            if n.key != filt.key:
+                if n.filter.covers(filt):
+                    around.covering.append(n)
+                elif filt.covers(n.filter):
+                    around.covered.append(n)
+            stack.extend(self._nodes[c] for c in n.children)
+        return around
+
+    def _rate_under(self, node: Node, cap: float) -> float:
+        """The events/s a node's filter can match, each advertisement capped at ``cap`` events/s
+        (the rate filter's one event per interval); ``node.rate`` without a cap."""
+        if math.isinf(cap):
+            return node.rate
+        return sum(min(r, cap) for n in (node, *self._descendants(node)) for r in n.own.values())
 
     def _descendants(self, node: Node) -> list[Node]:
         seen: dict[str, Node] = {}
@@ -312,11 +395,6 @@ class AdvertisementGraph:
             seen[k] = self._nodes[k]
             stack.extend(seen[k].children)
         return list(seen.values())
-
-
-def _minimal(nodes: list[Node]) -> list[Node]:
-    """The tightest: nodes that cover no other node of the list (direct predecessors)."""
-    return [n for n in nodes if not any(m is not n and n.filter.covers(m.filter) for m in nodes)]
 
 
 def _maximal(nodes: list[Node]) -> list[Node]:

@@ -19,7 +19,7 @@ import grpc
 from gridstat.admission import admitting
 from gridstat.admission.admitting import AdmissionController, Bound, Policy
 from gridstat.admission.service import AdmissionServicer, add_to_server
-from gridstat.core import grpclog
+from gridstat.core import access, grpclog
 from gridstat.core.aio import exit_with_parent, install_fast_loop
 from gridstat.core.tls import TlsFiles
 from gridstat.errors import ValidationError
@@ -35,6 +35,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "the fraction that can be guaranteed")
     p.add_argument("--bound", default="upper", choices=[x.value for x in Bound],
                    help="reserve the upper (conservative) or lower (optimistic) end of the requirement")
+    p.add_argument("--upper-bound", default="theorem", choices=("theorem", "overlap"),
+                   help="the requirement's upper end: Theorem 1's (the tightest covering advertisements' rate) or "
+                        "also no more than the advertisements the filter overlaps, when that is smaller "
+                        "(admission.covering)")
     p.add_argument("--min-fraction", type=float, default=0.0,
                    help="percentage policy: the smallest guaranteed fraction admitted (0..1; default: any > 0)")
     p.add_argument("--event-bytes", type=float, default=admitting.DEFAULT_EVENT_BYTES,
@@ -48,6 +52,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tls-cert", default="")
     p.add_argument("--tls-key", default="")
     p.add_argument("--tls-client-ca", default="", help="require client certificates signed by this CA (mTLS)")
+    access.add_arguments(p)
     p.add_argument("--exit-with-parent", action="store_true")
     p.add_argument("--log-level", default="WARNING")
     telemetry.add_arguments(p)
@@ -57,12 +62,14 @@ def controller_from_args(args: argparse.Namespace) -> AdmissionController:
     return AdmissionController(policy=Policy.parse(args.policy), bound=Bound.parse(args.bound),
                                min_fraction=args.min_fraction, event_bytes=args.event_bytes,
                                entry_bytes=args.entry_bytes, buffer_s=args.buffer_s,
-                               default_memory_bytes=args.router_memory_mb * 2**20)
+                               default_memory_bytes=args.router_memory_mb * 2**20,
+                               overlap_bound=args.upper_bound == "overlap")
 
 
 async def serve(controller: AdmissionController, host: str, port: int,
-                tls: TlsFiles | None = None) -> tuple[grpc.aio.Server, int]:
-    server = grpc.aio.server()
+                tls: TlsFiles | None = None, grants: access.Grants | None = None) -> tuple[grpc.aio.Server, int]:
+    """With mTLS only brokers consult the controller and administrators read it (core.access)."""
+    server = grpc.aio.server(interceptors=access.interceptors(tls.ca if tls else "", grants))
     add_to_server(AdmissionServicer(controller), server)
     if tls is None:
         bound = server.add_insecure_port(f"{host}:{port}")
@@ -81,7 +88,7 @@ async def _run(args: argparse.Namespace) -> None:
     tls = TlsFiles(args.tls_cert, args.tls_key, args.tls_client_ca) if args.tls_cert else None
     if tls is not None:
         grpclog.tap_stderr()  # refused TLS handshakes -> gridstat_tls_handshakes_refused_total
-    server, port = await serve(controller, args.host, args.port, tls)
+    server, port = await serve(controller, args.host, args.port, tls, access.Grants.parse(args.grant))
     tel = telemetry.for_admission(controller, args.name, args)  # --metrics-port: /metrics of the resource model
     await tel.start()
     stop = asyncio.Event()

@@ -47,7 +47,8 @@ def filter_from_pb(m: pb.Filter) -> filters.Filter:
 def requirement_to_pb(r: Requirement) -> pb.Requirement:
     return pb.Requirement(min_rate_eps=r.min_rate, max_rate_eps=r.max_rate, min_count=r.min_count,
                           max_count=r.max_count, exact=r.exact, predecessors=list(r.predecessors),
-                          successors=list(r.successors))
+                          successors=list(r.successors), overlap_rate_eps=r.overlap_rate,
+                          overlap_count=r.overlap_count)
 
 
 def decision_to_pb(d: Decision, epoch: str) -> pb.AdmissionDecision:

@@ -152,7 +152,7 @@ class Totals:
     b_c: float
     #: eq. (11)
     b_f: float
-    #: eq. (12) ``b_f - (b_n + b_p)``
+    #: eq. (12) ``b_f - (b_n + b_p)``, computed per link without that subtraction (``totals``)
     b_s: float
     #: eq. (13) ``b_s - b_c``: overall saving of identity-based routing against flooding
     b: float
@@ -199,10 +199,15 @@ def _evaluate_group(tree: BrokerTree, group: ClassGroup) -> _Group:
 def totals(workload: Workload) -> Totals:
     """Equations (5)-(14) for a whole workload (the fast path of sweeps and break-even searches)."""
     tree = workload.tree
-    x_l = x_r = b_n = b_p = b_c = b_cs = 0.0
+    x_l = x_r = b_n = b_p = b_c = b_cs = b_s = 0.0
     for g in workload.groups:
         ev = _evaluate_group(tree, g)
         omega_f = sum(g.publish_per_s)
+        # (12) per link: flooding sends omega_f down the link to B's parent; filtering sends what B's
+        # subtree publishes up and, unless the subtree is empty of subscriptions (P_0), the rest down.
+        # The difference, P_0(B) * (omega_f - subtree publications), is a sum of non-negative terms;
+        # b_f - (b_n + b_p) would subtract two near-equal totals at high loads (docs/analysis.md).
+        b_s += g.count * sum(ev.p0[b] * (omega_f - ev.pub_sub[b]) for b in range(len(tree)) if b != tree.root)
         xr_f = sum(ev.x_r)                                                       # (5)
         x_l += g.count * sum(local_entries(g.arrival_per_s[b], g.lifetime_s[b]) for b in range(len(tree)))
         x_r += g.count * xr_f
@@ -212,7 +217,6 @@ def totals(workload: Workload) -> Totals:
         b_cs += g.count * 2.0 * sum(ev.lam_a[b] for b in range(len(tree)) if b != tree.root)  # (14)
     omega = workload.publication_rate
     b_f = tree.links * omega                                                     # (11)
-    b_s = b_f - (b_n + b_p)                                                      # (12)
     return Totals(classes=workload.classes, subscriptions=workload.subscriptions, publication_rate=omega,
                   links=tree.links, local_entries=x_l, remote_entries=x_r, b_n=b_n, b_p=b_p, b_c=b_c,
                   b_f=b_f, b_s=b_s, b=b_s - b_c, b_cs=b_cs)                       # (13)

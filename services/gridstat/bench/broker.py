@@ -159,9 +159,19 @@ async def _install(w: Workload, broker_port: int, farm: dict[str, tuple[int, int
             while queue:
                 n, (v, edge, interval, k) = queue.pop(0)
                 t = time.perf_counter()
-                reply = await stub.Subscribe(bpb.SubscribeRequest(subscription=bpb.Subscription(
+                request = bpb.SubscribeRequest(subscription=bpb.Subscription(
                     subscriber=f"c{n}", variable=f"p{v}/v", edge_router=edge,
-                    qos=[bpb.ModeQoS(mode=0, interval_ms=interval, latency_ms=60, redundancy=k)])), timeout=60)
+                    qos=[bpb.ModeQoS(mode=0, interval_ms=interval, latency_ms=60, redundancy=k)]))
+                while True:  # over the broker's admission bound: retry after its hint (broker.gate)
+                    try:
+                        reply = await stub.Subscribe(request, timeout=60)
+                        break
+                    except grpc.aio.AioRpcError as exc:
+                        if exc.code() is not grpc.StatusCode.RESOURCE_EXHAUSTED:
+                            raise
+                        hint = dict(exc.trailing_metadata() or ()).get("gridstat-retry-after-ms", "100")
+                        outcome["retried (busy)"] = outcome.get("retried (busy)", 0) + 1
+                        await asyncio.sleep(int(str(hint)) / 1000)
                 times.append((time.perf_counter() - t) * 1000)
                 key = "admitted" if reply.admitted else reply.rejection.reason
                 outcome[key] = outcome.get(key, 0) + 1

@@ -9,6 +9,9 @@
     subscribe:
       - clients: [ems, "dash-*"]
         variables: ["pmu1/*", "sub*/voltage"]
+    roles:                   # certificate identities given roles beyond the defaults (core.access)
+      admin: ["ops-*"]
+      observer: [grafana]
 
 A request is allowed when a rule of its action names the client and the variable; a client that no
 rule of the action names gets ``default``. A refusal is ``Unauthorized`` naming the field (a
@@ -34,10 +37,11 @@ import fnmatch
 import json
 import time
 from collections.abc import Callable, Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gridstat.core.access import CLIENT, Grants
 from gridstat.core.tls import ANONYMOUS, peer_identities, relayed_identities
 from gridstat.errors import Unauthorized, ValidationError
 
@@ -61,6 +65,8 @@ class Policy:
     default_allow: bool = True
     publish: tuple[Rule, ...] = ()
     subscribe: tuple[Rule, ...] = ()
+    #: Roles given to certificate identities beyond the defaults (``roles:``; core.access).
+    roles: Grants = field(default_factory=Grants)
 
     @classmethod
     def from_dict(cls, doc: Any) -> Policy:
@@ -68,7 +74,7 @@ class Policy:
             doc = {}
         if not isinstance(doc, dict):
             raise ValidationError("a policy is a mapping with default, publish and subscribe", field="policy")
-        unknown = set(doc) - {"default", *ACTIONS}
+        unknown = set(doc) - {"default", "roles", *ACTIONS}
         if unknown:
             raise ValidationError(f"unknown policy keys {sorted(unknown)}", field=f"policy.{sorted(unknown)[0]}")
         default = doc.get("default", "allow")
@@ -97,7 +103,8 @@ class Policy:
                     pats[key] = tuple(v)
                 out.append(Rule(pats["clients"], pats["variables"]))
             rules[action] = tuple(out)
-        return cls(default == "allow", rules["publish"], rules["subscribe"])
+        roles = Grants.from_dict(doc.get("roles"), where="policy.roles")
+        return cls(default == "allow", rules["publish"], rules["subscribe"], roles)
 
     def allowed(self, action: str, client: str, variable: str) -> bool:
         rules = self.publish if action == "publish" else self.subscribe
@@ -167,6 +174,16 @@ class IdentityBinding:
     def is_proxy(self, identities: tuple[str, ...]) -> bool:
         routers = self._routers()
         return any(i in routers or any(fnmatch.fnmatchcase(i, p) for p in self.proxies) for i in identities)
+
+    def listing_scope(self, context: Any,
+                      roles_of: Callable[[tuple[str, ...]], frozenset[str]]) -> tuple[str, ...] | None:
+        """Whose subscriptions a caller may list: a client (direct, or relayed by an edge proxy) only its
+        own identities'; administrators, brokers, observers and platform components everyone's (None)."""
+        peer = peer_identities(context)
+        if self.is_proxy(peer):
+            ids = relayed_identities(context)
+            return None if not ids or self.is_proxy(ids) else ids
+        return None if roles_of(peer) - {CLIENT} else peer
 
     def check(self, context: Any, declared: str, *, field: str) -> str:
         """The principal of a request declaring client ``declared``; Unauthorized naming ``field`` if the

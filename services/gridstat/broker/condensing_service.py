@@ -49,6 +49,9 @@ class CondensationServicerMixin:
     async def _run(self, context: Any, call: Callable[[], Awaitable[T]]) -> T:
         raise NotImplementedError
 
+    async def _admission(self, context: Any, declared: str, call: Callable[[], Awaitable[T]]) -> T:
+        raise NotImplementedError
+
     async def CreateCondensation(self, request: pb.CreateCondensationRequest, context: Any) -> pb.CondensationInfo:
         async def call() -> pb.CondensationInfo:
             # The creator reads the inputs and publishes the output: the policy must allow both.
@@ -61,7 +64,7 @@ class CondensationServicerMixin:
             record = await self.broker.create_condensation(request)
             statuses = await self.broker.condensation_statuses([record])
             return info_pb(self.broker, record, statuses.get(record.function_id))
-        return await self._run(context, call)
+        return await self._admission(context, request.creator, call)  # placement plans paths (broker.gate)
 
     async def RemoveCondensation(self, request: pb.RemoveCondensationRequest,
                                  context: Any) -> pb.RemoveCondensationReply:

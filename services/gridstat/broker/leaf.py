@@ -18,7 +18,7 @@ import contextlib
 import dataclasses
 import logging
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from gridstat.broker import installer
@@ -27,6 +27,7 @@ from gridstat.broker.channelkeys import ChannelKeys
 from gridstat.broker.condensing import CondensationMixin
 from gridstat.broker.consulting import AdmissionLink, advertised_rate
 from gridstat.broker.flooding import FloodingMixin
+from gridstat.broker.gate import AdmissionGate
 from gridstat.broker.groupcommit import GroupCommit
 from gridstat.broker.installer import RouterChange, RouterLink
 from gridstat.broker.modes import ModesMixin
@@ -45,6 +46,7 @@ from gridstat.broker.state import (
 from gridstat.broker.store import BrokerStore, record_from_json, var_from_json, var_to_json
 from gridstat.broker.supervisor import RouterSupervisor
 from gridstat.broker.topology import RouterRole
+from gridstat.core.access import Grants
 from gridstat.core.aio import create_guarded_task
 from gridstat.core.model import StatusVariable, TypeSpec, VariableRegistry, split_variable_name
 from gridstat.core.tls import TlsFiles
@@ -100,8 +102,12 @@ class LeafBroker(SegmentsMixin, ModesMixin, FloodingMixin, CondensationMixin):
         self.channel_keys: ChannelKeys | None = None
         #: Who may publish and subscribe to what (``--policy``; broker.authz), None = everyone everything.
         self.policy: PolicyFile | None = None
+        #: The roles of certificate identities (core.access), set by the gRPC server that checks them.
+        self.grants: Callable[[], Grants] = Grants
         #: Client names bound to mTLS certificate identities (broker.authz); None = names as declared.
         self.identity: IdentityBinding | None = None
+        #: The bound on concurrent admissions, per caller and in all (broker.gate; ``--admission-limit``).
+        self.gate = AdmissionGate()
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
@@ -201,6 +207,13 @@ class LeafBroker(SegmentsMixin, ModesMixin, FloodingMixin, CondensationMixin):
         """Raise Unauthorized if the request's client name is not its certificate's identity (mTLS)."""
         if self.identity is not None:
             self.identity.check(context, client, field=field)
+
+    def listing_scope(self, context: Any) -> tuple[str, ...] | None:
+        """The client identities whose subscriptions the caller may see; None = all (docs/security.md,
+        "Control by role"; everyone's in insecure mode)."""
+        if self.identity is None:
+            return None
+        return self.identity.listing_scope(context, lambda ids: self.grants().roles_of(ids))
 
     def authorize(self, action: str, client: str, variable: str, *, field: str) -> None:
         """Raise Unauthorized if the policy refuses ``client`` to ``action`` the variable."""

@@ -20,10 +20,11 @@ import sys
 
 import grpc
 
+from gridstat.broker import gate
 from gridstat.broker.leaf import LeafBroker
 from gridstat.broker.service import QoSBrokerServicer, SegmentsServicer
 from gridstat.broker.store import BrokerStore
-from gridstat.core import grpclog
+from gridstat.core import access, grpclog
 from gridstat.core.aio import exit_with_parent, install_fast_loop
 from gridstat.core.tls import TlsFiles
 from gridstat.errors import ValidationError
@@ -65,19 +66,47 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "parent: key the inter-cloud channels it registers (a random key each, sent to both leaves)")
     p.add_argument("--policy", default="", metavar="FILE",
                    help="leaf: YAML/JSON policy of who may publish and subscribe to which variables (broker.authz); "
-                        "re-read when it changes")
+                        "re-read when it changes. Needs mTLS (--tls-cert, --tls-key, --tls-client-ca) so that "
+                        "client names are certificate identities; the broker refuses to start without it unless "
+                        "--insecure-client-names is given (docs/security.md)")
+    p.add_argument("--insecure-client-names", action="store_true",
+                   help="leaf: allow --policy without mTLS: the policy then trusts the client name each request "
+                        "declares (anyone can claim any name); only for a trusted control network or tests; "
+                        "logged at startup (docs/security.md)")
     p.add_argument("--trusted-proxy", action="append", default=[], metavar="PATTERN",
                    help="leaf with --tls-client-ca: certificate identities (fnmatch) of edge proxies whose relayed "
                         "client identities are believed (default: router; registered routers' names always)")
     p.add_argument("--channel-key-file", default="",
                    help="hex master secret the channel keys derive from (default STATE.channel-key, created 0600)")
+    access.add_arguments(p)
+    p.add_argument("--max-admissions", type=int, default=gate.DEFAULT_LIMIT, metavar="N",
+                   help="leaf: admissions (Subscribe, ChangeSubscription, ReserveSegment, CreateCondensation) the "
+                        "broker works on at once; more are refused at once with RESOURCE_EXHAUSTED and a retry hint "
+                        "(docs/security.md, 'Admission bound'; default %(default)s)")
+    p.add_argument("--max-admissions-per-caller", type=int, default=gate.DEFAULT_PER_CALLER, metavar="N",
+                   help="leaf: of those, at most N for one caller (its certificate identity with mTLS, else its "
+                        "declared client name), so that one flooding client cannot starve the others "
+                        "(default %(default)s)")
+    p.add_argument("--busy-retry-after-ms", type=int, default=gate.DEFAULT_RETRY_AFTER_MS, metavar="MS",
+                   help="leaf: the least retry hint of a refused admission (it grows with the admissions' "
+                        "duration; default %(default)s)")
     p.add_argument("--exit-with-parent", action="store_true")
     p.add_argument("--log-level", default="WARNING")
     telemetry.add_arguments(p)
 
 
-async def serve(broker: LeafBroker, host: str, port: int, tls: TlsFiles | None = None) -> tuple[grpc.aio.Server, int]:
-    server = grpc.aio.server()
+async def serve(broker: LeafBroker, host: str, port: int, tls: TlsFiles | None = None,
+                grants: access.Grants | None = None) -> tuple[grpc.aio.Server, int]:
+    """With mTLS every call is checked against the caller's role (core.access): ``grants`` plus the
+    ``roles:`` of the broker's policy file, read again when it changes."""
+    def current() -> access.Grants:
+        base = broker.policy.current().roles if broker.policy is not None else access.Grants()
+        return base.plus(grants.patterns) if grants is not None else base
+
+    broker.grants = current
+    # Calls past gRPC core's pending-call queue would be CANCELLED before the admission gate sees them.
+    server = grpc.aio.server(options=gate.server_options(),
+                             interceptors=access.interceptors(tls.ca if tls else "", current))
     pb_grpc.add_QoSBrokerServicer_to_server(QoSBrokerServicer(broker), server)  # type: ignore[no-untyped-call]
     pb_grpc.add_SegmentsServicer_to_server(SegmentsServicer(broker), server)  # type: ignore[no-untyped-call]
     if tls is None:
@@ -99,7 +128,9 @@ async def _run_parent(args: argparse.Namespace) -> None:
     broker = ParentBroker(args.name, ParentStore(args.state or default_state_path(args.name)), parent=args.parent,
                           tls=peer_tls)
     broker.channel_auth = args.channel_auth != "off"
-    server = grpc.aio.server()
+    server = grpc.aio.server(options=gate.server_options(),
+                             interceptors=access.interceptors(args.tls_client_ca if tls else "",
+                                                              access.Grants.parse(args.grant)))
     pb_grpc.add_QoSBrokerServicer_to_server(ParentServicer(broker), server)  # type: ignore[no-untyped-call]
     pb_grpc.add_SegmentsServicer_to_server(ParentSegmentsServicer(broker), server)  # type: ignore[no-untyped-call]
     if tls is None:
@@ -125,6 +156,19 @@ async def _run_parent(args: argparse.Namespace) -> None:
 async def _run(args: argparse.Namespace) -> None:
     if args.role == "parent" and args.admission:
         raise ValidationError("--admission is for leaf brokers: they reserve in their routers", field="admission")
+    # Refused before the stderr tap below, so that the error reaches the terminal.
+    mtls = bool(args.tls_cert and args.tls_client_ca)
+    if args.role == "leaf" and args.policy and not mtls and not args.insecure_client_names:
+        raise ValidationError(
+            "--policy needs mTLS: without --tls-client-ca the broker cannot tell who a client is and the policy "
+            "would trust the name each request declares (a client calling itself 'ems' would get ems's rights). "
+            "Fix: add --tls-cert, --tls-key and --tls-client-ca (scripts/gen-certs.sh; docs/security.md), or, on "
+            "a trusted control network only, pass --insecure-client-names", field="policy")
+    if args.role == "leaf" and args.policy and not mtls:
+        logging.getLogger(__name__).warning(
+            "broker %s: INSECURE: --policy with --insecure-client-names and no mTLS: the policy is evaluated "
+            "against client names as each request declares them; any client can claim any name "
+            "(docs/security.md)", args.name)
     if args.tls_cert:
         grpclog.tap_stderr()  # refused TLS handshakes -> gridstat_tls_handshakes_refused_total
     if args.role == "parent":
@@ -135,6 +179,11 @@ async def _run(args: argparse.Namespace) -> None:
     store = BrokerStore(args.state or default_state_path(args.name))
     broker = LeafBroker(args.name, store, tls=router_tls, supervise_interval_s=args.supervise_interval_ms / 1000,
                         variable_id_base=args.variable_id_base)
+    try:
+        broker.gate = gate.AdmissionGate(limit=args.max_admissions, per_caller=args.max_admissions_per_caller,
+                                         retry_after_ms=args.busy_retry_after_ms)
+    except ValueError as exc:
+        raise ValidationError(f"--max-admissions*, --busy-retry-after-ms: {exc}", field="max_admissions") from None
     if args.policy:
         from gridstat.broker.authz import PolicyFile
 
@@ -175,7 +224,8 @@ async def _run(args: argparse.Namespace) -> None:
     # Long-lived objects (topology, reservations) would be rescanned by every full collection:
     # freeze them so admission latency has no 100 ms GC pauses (measured in docs/benchmarks.md).
     gc.freeze()
-    server, port = await serve(broker, args.host, args.port, tls)
+    grants = access.Grants.parse(args.grant, base=access.Grants({}))  # added to the policy's roles
+    server, port = await serve(broker, args.host, args.port, tls, grants)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

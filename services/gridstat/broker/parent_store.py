@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from pathlib import Path as FsPath
 from typing import Any
 
+from gridstat.broker.store import prepare_private_file
 from gridstat.errors import ValidationError
 
 KINDS = ("child", "channel", "sub", "forwarded", "chanres", "mode", "modestate", "flooding")
@@ -23,7 +23,7 @@ KINDS = ("child", "channel", "sub", "forwarded", "chanres", "mode", "modestate",
 class ParentStore:
     def __init__(self, path: str) -> None:
         if path != ":memory:":
-            FsPath(path).parent.mkdir(parents=True, exist_ok=True)
+            prepare_private_file(path)  # 0600 file, 0700 directories it creates (docs/security.md)
         try:
             self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
             self._db.execute("PRAGMA journal_mode=WAL")

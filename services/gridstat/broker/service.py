@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 from gridstat.broker.condensing_service import CondensationServicerMixin
 from gridstat.broker.consulting import ControllerRejected
 from gridstat.broker.flooding_service import FloodingServicerMixin
+from gridstat.broker.gate import caller_of
 from gridstat.broker.leaf import LeafBroker
 from gridstat.broker.modes_service import ModesServicerMixin
 from gridstat.broker.rejections import CapacityExceeded, LatencyUnattainable, NoFeasiblePath
@@ -82,6 +83,12 @@ class QoSBrokerServicer(ModesServicerMixin, FloodingServicerMixin, CondensationS
 
     async def _run(self, context: Any, call: Callable[[], Awaitable[T]]) -> T:
         return await rpc.guarded(context, call)
+
+    async def _admission(self, context: Any, declared: str, call: Callable[[], Awaitable[T]]) -> T:
+        """A call that plans paths or reserves: bounded per caller and in all (broker.gate), then run."""
+        b = self.broker
+        caller = caller_of(context, declared, b.identity.is_proxy if b.identity is not None else None)
+        return await b.gate.run(context, caller, lambda: self._run(context, call))
 
     async def RegisterClient(self, request: pb.RegisterClientRequest, context: Any) -> pb.RegisterClientReply:
         async def call() -> pb.RegisterClientReply:
@@ -171,7 +178,7 @@ class QoSBrokerServicer(ModesServicerMixin, FloodingServicerMixin, CondensationS
             if note is not None:
                 reply.admission.CopyFrom(note)
             return reply
-        return await self._run(context, call)
+        return await self._admission(context, request.subscription.subscriber, call)
 
     async def Unsubscribe(self, request: pb.UnsubscribeRequest, context: Any) -> pb.UnsubscribeReply:
         async def call() -> pb.UnsubscribeReply:
@@ -190,7 +197,8 @@ class QoSBrokerServicer(ModesServicerMixin, FloodingServicerMixin, CondensationS
             except ADMISSION_ERRORS as exc:
                 return pb.SubscribeReply(admitted=False, rejection=rejection(exc))
             return record_to_reply(self.broker, record)
-        return await self._run(context, call)
+        rec = self.broker.state.subscriptions.get(request.subscription_id)
+        return await self._admission(context, rec.subscriber if rec is not None else "", call)
 
     def _bind_owner(self, context: Any, sid: str) -> None:
         """With mTLS, only the subscriber (or a platform component) may change or remove a subscription."""
@@ -201,8 +209,10 @@ class QoSBrokerServicer(ModesServicerMixin, FloodingServicerMixin, CondensationS
 
     async def ListSubscriptions(self, request: pb.ListSubscriptionsRequest,
                                 context: Any) -> pb.ListSubscriptionsReply:
+        scope = self.broker.listing_scope(context)  # a client sees only its own (docs/security.md)
         recs = [r for r in self.broker.state.subscriptions.values()
-                if not request.subscriber or r.subscriber == request.subscriber]
+                if (not request.subscriber or r.subscriber == request.subscriber)
+                and (scope is None or r.subscriber in scope)]
         return pb.ListSubscriptionsReply(subscriptions=[record_to_reply(self.broker, r) for r in recs])
 
     async def ListPublications(self, request: pb.ListPublicationsRequest, context: Any) -> pb.ListPublicationsReply:
@@ -303,7 +313,9 @@ class SegmentsServicer(pb_grpc.SegmentsServicer):
 
     def __init__(self, broker: LeafBroker) -> None:
         self.broker = broker
-        self._run = QoSBrokerServicer(broker)._run
+        servicer = QoSBrokerServicer(broker)
+        self._run = servicer._run
+        self._admission = servicer._admission
 
     async def ReserveSegment(self, request: pb.ReserveSegmentRequest, context: Any) -> pb.ReserveSegmentReply:
         async def call() -> pb.ReserveSegmentReply:
@@ -326,7 +338,7 @@ class SegmentsServicer(pb_grpc.SegmentsServicer):
             (_, paths), = record.paths
             return pb.ReserveSegmentReply(reserved=True, path=pb.Path(routers=list(paths[0].routers),
                                                                       latency_ms=paths[0].latency_ms))
-        return await self._run(context, call)
+        return await self._admission(context, "", call)  # the caller: the parent broker
 
     async def CommitSegment(self, request: pb.SegmentKey, context: Any) -> pb.SegmentReply:
         async def call() -> pb.SegmentReply:

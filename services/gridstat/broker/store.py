@@ -10,7 +10,10 @@ WAL mode with ``synchronous=NORMAL`` keeps a write well under a millisecond.
 from __future__ import annotations
 
 import json
+import logging
+import os
 import sqlite3
+import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
@@ -22,7 +25,11 @@ from gridstat.broker.state import Client, ModeQoS, RouterEndpoint, SubscriptionR
 from gridstat.core.model import StatusVariable, StructType, TypeSpec, ValueType
 from gridstat.errors import ValidationError
 
+log = logging.getLogger(__name__)
+
 SCHEMA_VERSION = 1
+#: SQLite's companions of a database file (WAL mode, rollback journal).
+COMPANIONS = ("-wal", "-shm", "-journal")
 _TABLES = ("routers", "channels", "foreign_channels", "clients", "publications", "subscriptions", "condensations",
            "flooding", "flood_all")
 
@@ -74,17 +81,51 @@ def record_from_json(d: dict[str, Any]) -> SubscriptionRecord:
         d["version"], d.get("exit_channel", ""), d.get("segment", False), d.get("best_effort", False))
 
 
+def prepare_private_file(path: str) -> None:
+    """Make ``path`` (a state database) readable by its owner only, before SQLite opens it.
+
+    The state holds every client, subscription and topology detail (docs/security.md, "State
+    files"): missing directories are created 0700, a missing file is created 0600 (SQLite gives its
+    -wal, -shm and -journal files the database file's mode), and an existing file or companion with
+    a looser mode is tightened to 0600, which is logged.
+    """
+    target = FsPath(path)
+    missing = []
+    parent = target.parent
+    while not parent.exists() and parent != parent.parent:
+        missing.append(parent)
+        parent = parent.parent
+    for d in reversed(missing):
+        try:
+            d.mkdir(mode=0o700, exist_ok=True)
+            os.chmod(d, 0o700)  # the umask may have taken bits away, never added: 0700 exactly
+        except OSError as exc:
+            raise ValidationError(f"cannot create the state directory {str(d)!r}: {exc.strerror}",
+                                  field="state_path") from exc
+    try:
+        os.close(os.open(target, os.O_RDWR | os.O_CREAT, 0o600))
+    except OSError as exc:
+        raise ValidationError(f"cannot open broker state {path!r}: {exc.strerror}", field="state_path") from exc
+    for f in (target, *(FsPath(f"{path}{suffix}") for suffix in COMPANIONS)):
+        try:
+            mode = stat.S_IMODE(f.stat().st_mode)
+        except FileNotFoundError:
+            continue
+        if mode & 0o077:
+            try:
+                os.chmod(f, 0o600)
+            except OSError as exc:
+                raise ValidationError(f"broker state {str(f)!r} is readable by others (mode {mode:04o}) and "
+                                      f"cannot be made private: {exc.strerror}", field="state_path") from exc
+            log.warning("broker state %s had mode %04o (readable by others): tightened to 0600", f, mode)
+
+
 class BrokerStore:
     """Write-through storage of one broker's state; ``path=":memory:"`` for tests."""
 
     def __init__(self, path: str) -> None:
         if path != ":memory:":
-            parent = FsPath(path).parent
-            try:
-                parent.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise ValidationError(f"cannot create the state directory {str(parent)!r}: {exc.strerror}",
-                                      field="state_path") from exc
+            prepare_private_file(path)
         try:
             self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
             self._db.execute("PRAGMA journal_mode=WAL")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -33,6 +33,8 @@ EXIT_REJECTED = 3
 EXIT_UNAVAILABLE = 4
 
 BROKER_ENV = "GRIDSTAT_BROKER"
+#: Defaults of --tls-ca/--tls-cert/--tls-key (used when none of the three options is given).
+TLS_ENV = ("GRIDSTAT_TLS_CA", "GRIDSTAT_TLS_CERT", "GRIDSTAT_TLS_KEY")
 DEFAULT_BROKER = "127.0.0.1:7700"
 DEFAULT_TIMEOUT_S = 5.0
 EXIT_CODES_HELP = "exit codes: 0 ok, 2 usage/validation, 3 subscription rejected, 4 broker (or router) unavailable"
@@ -62,9 +64,13 @@ def add_common_arguments(p: argparse.ArgumentParser, *, output: bool = True) -> 
                    help=f"the QoS broker (default: ${BROKER_ENV}, else {DEFAULT_BROKER})")
     g.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
                    help=f"deadline of each call (default {DEFAULT_TIMEOUT_S:g} s)")
-    g.add_argument("--tls-ca", default="", metavar="PEM", help="CA that signed the broker's certificate: use TLS")
-    g.add_argument("--tls-cert", default="", metavar="PEM", help="client certificate (mutual TLS)")
-    g.add_argument("--tls-key", default="", metavar="PEM", help="private key of --tls-cert")
+    g.add_argument("--tls-ca", default="", metavar="PEM",
+                   help="CA that signed the broker's certificate: use TLS (default: $GRIDSTAT_TLS_CA; for a running "
+                        "'gridstat up', its certificates: docs/security.md)")
+    g.add_argument("--tls-cert", default="", metavar="PEM",
+                   help="client certificate (mutual TLS; default: $GRIDSTAT_TLS_CERT)")
+    g.add_argument("--tls-key", default="", metavar="PEM",
+                   help="private key of --tls-cert (default: $GRIDSTAT_TLS_KEY)")
     if output:
         p.add_argument("--output", "-o", choices=("table", "json"), default="table", help="output format")
 
@@ -98,8 +104,13 @@ class Tls:
     key: str = ""
 
     @classmethod
-    def from_args(cls, args: argparse.Namespace) -> Tls | None:
+    def from_args(cls, args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> Tls | None:
+        """The options, else ``$GRIDSTAT_TLS_CA/CERT/KEY``; None when neither names a file (then
+        ``open_channel`` looks for a running ``gridstat up`` serving the address)."""
         tls = cls(args.tls_ca, args.tls_cert, args.tls_key)
+        if not (tls.ca or tls.cert or tls.key):
+            env = os.environ if environ is None else environ
+            tls = cls(*(env.get(name, "") for name in TLS_ENV))
         if bool(tls.cert) != bool(tls.key):
             raise ValidationError("--tls-cert and --tls-key go together", field="tls_key" if tls.cert else "tls_cert")
         return tls if (tls.ca or tls.cert) else None
@@ -108,7 +119,22 @@ class Tls:
         return TlsFiles(self.cert, self.key, self.ca).channel_credentials()
 
 
+def local_demo_tls(address: str) -> Tls | None:
+    """The ``admin`` certificate of a running ``gridstat up`` whose broker or router serves ``address``
+    (``gridstat.demo.localtls``), so that the documented commands work against the secure-by-default
+    demo without options; None for any other address (a plaintext broker run by hand stays plaintext)."""
+    from gridstat.demo import localtls
+
+    certs = localtls.lookup(address)
+    if certs is None:
+        return None
+    return Tls(str(certs.ca), str(certs.cert(localtls.ADMIN)), str(certs.key(localtls.ADMIN)))
+
+
 def open_channel(address: str, tls: Tls | None) -> grpc.Channel:
+    """Plaintext when no TLS was asked for and ``address`` is not a running ``gridstat up``'s."""
+    if tls is None:
+        tls = local_demo_tls(address)
     if tls is None:
         return grpc.insecure_channel(address)
     return grpc.secure_channel(address, tls.credentials())

@@ -3,10 +3,11 @@
 Dissertation 2.2.2 (brief 3.6, "Extrapolation (subscriber)"): a subscriber may ask, with its
 subscription, that a missed event be *extrapolated* from the last few received ones rather than
 reported as a QoS violation, and the holder then knows that its latest value is extrapolated. The
-seed names four built-ins (average, polynomial of a user-set order, the average over several
-polynomial orders, Stoer-Bulirsch) and lets users add their own (``extrapolateValue(double[] x,
-double[] y)``); here a user function is any ``fn(x, y, at) -> float``, passed directly or
-registered under a name.
+seed names four built-ins (average, polynomial of a user-set order -- Lagrange interpolation
+through the newest order + 1 samples --, the average over several polynomial orders,
+Stoer-Bulirsch; we add a least-squares polynomial over the whole window, named apart) and lets
+users add their own (``extrapolateValue(double[] x, double[] y)``); here a user function is any
+``fn(x, y, at) -> float``, passed directly or registered under a name.
 
 Everything here is pure arithmetic, no I/O, so it is tested against known polynomials and rational
 functions. The numbers it sees are made safe first (``Extrapolation.predict``): abscissae are
@@ -14,7 +15,7 @@ milliseconds *relative to the newest sample* (absolute epoch milliseconds ~1.7e1
 polynomial fit ill-conditioned), non-finite samples are dropped, and a non-finite result means
 "cannot extrapolate" (the subscriber then reports the violation as it would without extrapolation).
 The built-ins never raise on numeric input: too few samples lower the degree, a rank-deficient
-fit lowers it further, and Stoer-Bulirsch falls back to the interpolating polynomial, then to the
+least-squares fit lowers it further, and Stoer-Bulirsch falls back to the interpolating polynomial, then to the
 newest value, when it meets a pole (a zero denominator in the recurrence).
 """
 
@@ -40,7 +41,8 @@ AVERAGE = "average"
 POLYNOMIAL = "polynomial"
 POLYNOMIAL_AVERAGE = "polynomial-average"
 STOER_BULIRSCH = "stoer-bulirsch"
-BUILTIN_METHODS = (AVERAGE, POLYNOMIAL, POLYNOMIAL_AVERAGE, STOER_BULIRSCH)
+LEAST_SQUARES = "least-squares"
+BUILTIN_METHODS = (AVERAGE, POLYNOMIAL, POLYNOMIAL_AVERAGE, STOER_BULIRSCH, LEAST_SQUARES)
 
 #: Relative size below which a fitted column counts as linearly dependent (rank-deficient fit).
 _RANK_TOL = 1e-10
@@ -75,12 +77,48 @@ def average(x: Sequence[float], y: Sequence[float], at: float) -> float:
 
 
 def polynomial(x: Sequence[float], y: Sequence[float], at: float, order: int = 1) -> float:
-    """The least-squares polynomial of degree ``order`` through the window, evaluated at ``at``.
+    """The interpolating polynomial through the newest ``order + 1`` samples, evaluated at ``at``.
 
-    With exactly ``order + 1`` samples this is the interpolating (Neville) polynomial of the seed's
-    polynomial extrapolation; with more, the extra samples average out measurement noise. Exact for
-    polynomials of degree <= ``order``. Fewer samples (or repeated abscissae) lower the degree;
-    NaN when there are no samples.
+    The dissertation's polynomial extrapolation (2.2.2, its reference [42]): Lagrange interpolation
+    through the last k+1 points, here by Neville's scheme (the same polynomial, evaluated without
+    forming its coefficients). A line (order 1) through (3, 9) and (4, 16) predicts 23 at 5. Exact
+    for polynomials of degree <= ``order``. Fewer samples with distinct abscissae lower the degree (a
+    repeated abscissa keeps its newest sample); NaN when there are no samples. The least-squares fit
+    over the whole window, which averages out noise, is :func:`least_squares`.
+    """
+    _check(x, y)
+    if not y:
+        return math.nan
+    if order < 0:
+        raise ValidationError(f"polynomial order must not be negative, got {order}", field="order")
+    newest_first = sorted(range(len(x)), key=lambda i: (float(x[i]), i), reverse=True)
+    xs: list[float] = []
+    ps: list[float] = []
+    for i in newest_first:
+        xi = float(x[i])
+        if not math.isfinite(xi):
+            return math.nan
+        if xs and xi == xs[-1]:
+            continue  # an older sample at the same abscissa
+        xs.append(xi)
+        ps.append(float(y[i]))
+        if len(xs) == order + 1:
+            break
+    at = float(at)
+    for m in range(1, len(xs)):  # Neville: p[i] becomes the polynomial through xs[i..i+m]
+        for i in range(len(xs) - m):
+            ps[i] = ((at - xs[i + m]) * ps[i] + (xs[i] - at) * ps[i + 1]) / (xs[i] - xs[i + m])
+    return ps[0]
+
+
+def least_squares(x: Sequence[float], y: Sequence[float], at: float, order: int = 1) -> float:
+    """The least-squares polynomial of degree ``order`` through the whole window, evaluated at ``at``.
+
+    Not the seed's method (that is :func:`polynomial`, through the newest ``order + 1`` samples), but
+    with more samples than ``order + 1`` the extra ones average out measurement noise: over y = x^2 at
+    x = 1..4 the order-1 fit predicts 20 at 5 where the interpolating line predicts 23. Exact for
+    polynomials of degree <= ``order``. Fewer samples (or repeated abscissae) lower the degree; NaN
+    when there are no samples.
     """
     _check(x, y)
     n = len(y)
@@ -252,7 +290,8 @@ class Extrapolation:
     datapoints are given with the subscription request).
 
     ``method`` is a built-in or registered name, or an ``fn(x, y, at)``; ``order`` is the degree of
-    ``polynomial``, ``orders`` the degrees averaged by ``polynomial-average``; ``window`` is how
+    ``polynomial`` (through the newest ``order + 1`` samples) and ``least-squares`` (fitted to the
+    whole window), ``orders`` the degrees averaged by ``polynomial-average``; ``window`` is how
     many of the newest *received* samples are kept (extrapolated values are never used as samples);
     ``max_consecutive`` is how many intervals in a row, counted from the newest received sample,
     may be filled before the subscription gives up and reports the QoS violation.
@@ -291,6 +330,9 @@ class Extrapolation:
             elif key == POLYNOMIAL:
                 self._check_order(self.order, "order")
                 fn = partial(polynomial, order=self.order)
+            elif key == LEAST_SQUARES:
+                self._check_order(self.order, "order")
+                fn = partial(least_squares, order=self.order)
             elif key == POLYNOMIAL_AVERAGE:
                 if not self.orders:
                     raise ValidationError("polynomial-average needs at least one order", field="orders")

@@ -13,6 +13,10 @@ Each subscription is its own ``Subscriber`` (its own UDP socket and subscriber c
 router); the SDK de-duplicates the copies that redundant paths deliver. A refused subscription
 keeps the broker's reason and offer. A ``RateMeter`` per subscription records arrival times for
 the delivered rate.
+
+By default each publisher and subscriber connects with the certificate of its own name (``tls``):
+the leaf broker binds a client's name to its certificate identity, and the channel key it returns
+makes the publisher sign and the subscriber verify every datagram (docs/security.md).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from gridstat.client import (
 )
 from gridstat.core import clock
 from gridstat.core.aio import create_guarded_task
+from gridstat.core.tls import TlsFiles
 from gridstat.demo import topology as topo
 from gridstat.errors import GridStatError
 
@@ -122,6 +127,8 @@ class SubscriptionEndpoint:
     reason: str = ""
     message: str = ""
     offer: Offer | None = None
+    #: The subscriber's certificate (its name), its key and the CA; None = plaintext (--insecure).
+    tls: TlsFiles | None = None
 
     @property
     def effective_interval_ms(self) -> int:
@@ -145,7 +152,7 @@ class SubscriptionEndpoint:
         """Connect and subscribe; a refusal or an error is recorded, never raised."""
         s, v = self.spec, self.variable
         try:
-            self.subscriber = await Subscriber.connect(s.name, self.edge_control)
+            self.subscriber = await Subscriber.connect(s.name, self.edge_control, tls=self.tls)
             self.subscription = await self.subscriber.subscribe_remote(
                 v.full_name, v.type_spec, interval_ms=s.interval_ms, latency_ms=s.latency_ms,
                 redundancy=s.redundancy, priority=v.priority, on_event=self._on_event)
@@ -168,9 +175,10 @@ class SubscriptionEndpoint:
 class PublisherEndpoint:
     """One simulated PMU: a Publisher connected through its edge router, one sending task per interval."""
 
-    def __init__(self, spec: topo.Publisher, edge_control: str) -> None:
+    def __init__(self, spec: topo.Publisher, edge_control: str, tls: TlsFiles | None = None) -> None:
         self.spec = spec
         self.edge_control = edge_control
+        self.tls = tls
         self.publisher: Publisher | None = None
         #: The broker's view of each registered variable (its variable id), by full name.
         self.handles: dict[str, PublicationHandle] = {}
@@ -179,7 +187,7 @@ class PublisherEndpoint:
 
     async def connect(self) -> None:
         """Register the publisher and every variable of it with the leaf broker (through the edge)."""
-        self.publisher = await Publisher.connect(self.spec.name, self.edge_control)
+        self.publisher = await Publisher.connect(self.spec.name, self.edge_control, tls=self.tls)
         for v in self.spec.variables:
             self.handles[v.full_name] = await self.publisher.register(
                 v.name, v.type_spec, v.interval_ms, priority=v.priority)

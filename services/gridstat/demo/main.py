@@ -20,6 +20,14 @@ What runs where (every child with ``--exit-with-parent``):
   and install routes. A refused subscription is shown with the broker's reason
   and offer, and the rest keeps running.
 
+Secure by default (docs/security.md, "Certificates (embedded mode)"): every gRPC channel is mutual
+TLS and every event datagram is authenticated (``--channel-auth all`` at the leaves, ``routers`` at the
+parent). The certificates (a local CA; ``broker``, ``parent``, ``router``, ``admission``, ``admin``,
+``condense`` and one per publisher and subscriber, named as the client) are made on the first start in
+``<--state-dir>/certs`` or ``~/.local/state/gridstat/up/certs`` (``gridstat.demo.certs``) and reused
+afterwards. ``--insecure`` runs everything in plaintext without datagram authentication, for raw-speed
+measurements only, under a warning banner.
+
 A live rich view refreshes twice a second on a terminal; otherwise a plain
 ``key=value`` summary is printed every ``--summary-every`` seconds. A final
 summary (``FINAL ...``) is always printed. SIGINT, SIGTERM and SIGHUP stop
@@ -47,9 +55,11 @@ from rich.live import Live
 
 from gridstat.core import clock
 from gridstat.core.aio import install_fast_loop
+from gridstat.core.tls import TlsFiles
+from gridstat.demo import localtls
 from gridstat.demo.endpoints import PublisherEndpoint, SubscriptionEndpoint, format_offer
 from gridstat.demo.processes import BrokerProcess, RouterProcess, StartupError, parent_role_available
-from gridstat.demo.telemetry import DemoTelemetry
+from gridstat.demo.telemetry import DemoTelemetry, archive_names
 from gridstat.demo.topology import Topology, load_topology
 from gridstat.demo.view import BrokerRow, RouterRow, Snapshot, SubRow, plain_lines, rich_view
 from gridstat.errors import GridStatError, ValidationError
@@ -64,6 +74,15 @@ PARENT_NAME = "parent"
 VARIABLE_BLOCK = 1_000_000
 #: How long the brokers get to reach every router after the topology is registered.
 ROUTERS_UP_TIMEOUT_S = 20.0
+#: Printed at the start and after the final summary of ``gridstat up --insecure``.
+INSECURE_BANNER = """\
+WARNING: gridstat up --insecure: mTLS and datagram authentication are OFF.
+WARNING:   Every gRPC channel (brokers, routers, edge proxies, clients) is plaintext and takes any caller:
+WARNING:   whoever reaches these ports can add routers, install routes, change modes and subscribe
+WARNING:   under any client's name. Event datagrams carry no authentication tag: whoever can send UDP
+WARNING:   to a router can inject forged events under a publisher's id, and subscribers deliver them.
+WARNING:   Use --insecure only to measure raw speed on a trusted host; the default is secure
+WARNING:   (docs/security.md, "Certificates (embedded mode)")."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -88,6 +107,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="export telemetry from every role to Kafka and archive every variable "
                         "(docs/telemetry.md); without HOST:PORT a local Apache Kafka is started")
     p.add_argument("--metrics", action="store_true", help="every role serves Prometheus /metrics on a free port")
+    p.add_argument("--certs-dir", default=None, metavar="DIR",
+                   help="certificates of every role and client, made on the first start and reused "
+                        "(default: STATE_DIR/certs with --state-dir, else ~/.local/state/gridstat/up/certs)")
+    p.add_argument("--insecure", action="store_true",
+                   help="UNSAFE, for raw-speed benchmarks only: plaintext gRPC without client certificates and "
+                        "unauthenticated event datagrams (anyone on the host can forge commands and events)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -104,7 +129,8 @@ def run(args: argparse.Namespace) -> int:
             telemetry.start_kafka()  # before any child starts: they inherit GRIDSTAT_KAFKA
         runner = Runner(topology, variant=args.variant, duration=args.duration, plain=args.plain,
                         summary_every=args.summary_every, log_dir=args.log_dir, state_dir=args.state_dir,
-                        with_parent=False if args.no_parent else None, telemetry=telemetry)
+                        with_parent=False if args.no_parent else None, telemetry=telemetry,
+                        insecure=args.insecure, certs_dir=args.certs_dir)
         return asyncio.run(runner.run())
     finally:
         if telemetry is not None:
@@ -115,8 +141,14 @@ class Runner:
     def __init__(self, topology: Topology, *, variant: str = "close", duration: float | None = None,
                  plain: bool = False, summary_every: float = 3.0, log_dir: str | None = None,
                  state_dir: str | None = None, console: Console | None = None,
-                 with_parent: bool | None = None, telemetry: DemoTelemetry | None = None) -> None:
+                 with_parent: bool | None = None, telemetry: DemoTelemetry | None = None,
+                 insecure: bool = False, certs_dir: str | None = None) -> None:
         self.topology = topology
+        self.insecure = insecure
+        #: The certificates of every role and client (None with --insecure: plaintext, no datagram keys).
+        self.certs: localtls.CertDir | None = None
+        self.certs_path = Path(certs_dir) if certs_dir else localtls.default_certs_dir(state_dir)
+        self._running_file: Path | None = None
         self.telemetry = telemetry
         self.variant = variant
         self.duration = duration
@@ -174,14 +206,21 @@ class Runner:
         t = self.topology
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.state_dir.mkdir(parents=True, exist_ok=True)
+        if self.insecure:
+            self.say(INSECURE_BANNER)
+            self.notes.append("INSECURE (--insecure): mTLS and datagram authentication are off")
         self.say(f"gridstat up: {t.source}: {len(t.clouds)} clouds, {len(t.routers)} routers, "
                  f"{len(t.publishers)} publishers, {len(t.subscriptions)} subscriptions; "
                  f"variant {self.variant}; logs in {self.log_dir}; broker state in {self.state_dir}")
+        if not self.insecure:
+            self._prepare_certs()
         if not await self._start_brokers() or not await self._start_routers():
             return
         # Every child is forked before the first gRPC channel opens (gRPC's fork handlers only warn).
         for child in [*self.brokers, *self.routers.values()]:
             child.connect()
+        if self.certs is not None:
+            self._announce_certs()
         await self._until_stopped(self._register_topology())
         if self.stop_event.is_set():
             return
@@ -189,15 +228,22 @@ class Runner:
         if self.stop_event.is_set():
             return
         # Publishers first: a subscription names a variable the broker must already know.
-        self.publishers = [PublisherEndpoint(p, self.routers[p.edge].control_address) for p in t.publishers]
+        self.publishers = [PublisherEndpoint(p, self.routers[p.edge].control_address, self._client_tls(p.name))
+                           for p in t.publishers]
         try:
             await self._until_stopped(asyncio.gather(*(p.connect() for p in self.publishers)))
         except GridStatError as exc:
             raise StartupError(f"a publisher could not register through its edge router: {exc}") from None
         if self.stop_event.is_set():
             return
+        for pe in self.publishers:
+            if pe.publisher is not None:
+                variables = ",".join(f"{name}={h.variable.variable_id}" for name, h in pe.handles.items())
+                self.say(f"  publisher name={pe.spec.name} edge={pe.spec.edge} id={pe.publisher.publisher_id} "
+                         f"signed={'yes' if pe.publisher.key else 'no'} variables={variables}")
         for s in t.subscriptions:
-            ep = SubscriptionEndpoint(s, t.variable(s.variable), self.routers[s.edge].control_address)
+            ep = SubscriptionEndpoint(s, t.variable(s.variable), self.routers[s.edge].control_address,
+                                      tls=self._client_tls(s.name))
             self.subscriptions.append(ep)
             # Without a parent broker no leaf knows the other cloud's variables; ask anyway, so that
             # the refusal shown is the broker's own.
@@ -224,7 +270,7 @@ class Runner:
         if self.telemetry is not None:  # --kafka / --metrics: samples of every subscription; the archive
             await self._until_stopped(self.telemetry.attach(
                 [ep.subscriber for ep in self.subscriptions if ep.subscriber is not None], t.publishers,
-                {name: rp.control_address for name, rp in self.routers.items()}))
+                {name: rp.control_address for name, rp in self.routers.items()}, self._client_tls))
         wanted = {ep.spec.variable for ep in self.subscriptions if ep.admitted}
         wanted |= self.telemetry.archived if self.telemetry is not None else set()
         sending = sum(p.start_sending(wanted) for p in self.publishers)
@@ -240,11 +286,46 @@ class Runner:
             for line in self.telemetry.lines(children):
                 self.say(line)
 
+    # -- certificates (docs/security.md, "Certificates (embedded mode)") ---------------------------------
+    def _prepare_certs(self) -> None:
+        """Make (first start) or reuse the CA and a certificate per role and per client."""
+        from gridstat.demo import certs  # cryptography: only when certificates are needed
+
+        t = self.topology
+        names = [*certs.ROLE_IDENTITIES, *(p.name for p in t.publishers), *(s.name for s in t.subscriptions)]
+        if self.telemetry is not None:
+            names += archive_names(t.publishers)
+        result = certs.ensure(self.certs_path, names)
+        self.certs = result.certs
+        made = (f"generated {len(result.created)} certificates" + (" and a new CA" if result.new_ca else "")
+                if result.created else "")
+        kept = f"reused {len(result.reused)}" if result.reused else ""
+        self.say(f"gridstat up: mTLS on every gRPC channel and datagram authentication are on; certificates in "
+                 f"{self.certs.path} ({', '.join(x for x in (made, kept) if x)}; opt out: --insecure)")
+
+    def _client_tls(self, name: str) -> TlsFiles | None:
+        """A client's certificate (its name is its identity: the broker binds the two), or None."""
+        return self.certs.tls(name) if self.certs is not None else None
+
+    def _announce_certs(self) -> None:
+        """Tell the CLI (``gridstat.cli.common``) which addresses are ours, and the user how to use them."""
+        assert self.certs is not None
+        addresses = [b.address for b in self.brokers] + [r.control_address for r in self.routers.values()]
+        with contextlib.suppress(OSError):
+            self._running_file = localtls.register(self.certs, addresses)
+        leaf = next(iter(self.leaves.values()), None)
+        example = f"gridstat topology show --broker {leaf.address}" if leaf is not None else "gridstat topology show"
+        self.say(f"  tls: the CLI uses {self.certs.cert(localtls.ADMIN)} (identity admin) by itself for this demo's "
+                 f"brokers and routers while it runs, e.g. {example}; elsewhere pass "
+                 f"{self.certs.cli_flags()} (or set GRIDSTAT_TLS_CA, GRIDSTAT_TLS_CERT, GRIDSTAT_TLS_KEY); "
+                 f"a client of your own needs a certificate named as it: scripts/gen-certs.sh {self.certs.path} NAME")
+
     async def _start_brokers(self) -> bool:
         t = self.topology
         if self.with_parent:
             self.parent = BrokerProcess(PARENT_NAME, "parent", self._state_file(PARENT_NAME),
-                                        self.log_dir / f"broker-{PARENT_NAME}.log", clouds=t.clouds)
+                                        self.log_dir / f"broker-{PARENT_NAME}.log", clouds=t.clouds,
+                                        certs=self.certs)
             await self._until_stopped(self.parent.start())
             if self.stop_event.is_set():
                 return False
@@ -252,7 +333,8 @@ class Runner:
         for k, cloud in enumerate(t.clouds):
             self.leaves[cloud] = BrokerProcess(cloud, "leaf", self._state_file(cloud),
                                                self.log_dir / f"broker-{cloud}.log",
-                                               variable_id_base=VARIABLE_BLOCK * (k + 1), parent=parent)
+                                               variable_id_base=VARIABLE_BLOCK * (k + 1), parent=parent,
+                                               certs=self.certs)
         await self._until_stopped(asyncio.gather(*(b.start() for b in self.leaves.values())))
         if self.stop_event.is_set():
             return False
@@ -270,7 +352,7 @@ class Runner:
         for r in self.topology.routers:
             broker = self.leaves[r.cloud].address if r.role == "edge" else ""
             self.routers[r.name] = RouterProcess(r.name, r.router_id, r.role, r.cloud, self.variant,
-                                                 self.log_dir / f"{r.name}.log", broker=broker)
+                                                 self.log_dir / f"{r.name}.log", broker=broker, certs=self.certs)
         await self._until_stopped(asyncio.gather(*(r.start() for r in self.routers.values())))
         if self.stop_event.is_set():
             return False
@@ -375,6 +457,8 @@ class Runner:
             final = await self.snapshot()
         why = f"stopped by {self.signal}" if self.signal else "duration reached"
         self.say("\n".join(plain_lines(final, title=f"FINAL ({why})")))
+        if self.insecure:
+            self.say(INSECURE_BANNER)
 
     async def _sleep(self, seconds: float) -> bool:
         """Sleep; True when it is time to stop (signal or --duration)."""
@@ -421,6 +505,8 @@ class Runner:
 
     async def _teardown(self) -> None:
         # signals only set stop_event now, so a second Ctrl-C cannot interrupt this and leave orphans
+        if self._running_file is not None:
+            self._running_file.unlink(missing_ok=True)
         for pub in self.publishers:
             with contextlib.suppress(Exception):
                 await pub.stop()

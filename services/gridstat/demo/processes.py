@@ -5,6 +5,12 @@ its ``READY ...`` line for the ephemeral ports, then talk to it over gRPC (``QoS
 broker, ``RouterControl`` for a router's counters). Its stderr goes to ``<log dir>/<name>.log``.
 ``stop`` sends SIGTERM (each child stops cleanly on it), waits, SIGKILLs what is left and always
 reaps: no orphans, no zombies. ``--exit-with-parent`` covers a ``gridstat up`` killed with SIGKILL.
+
+With ``certs`` (the default of ``gridstat up``; docs/security.md, "Certificates (embedded mode)") every
+child serves mTLS only with the certificate of its identity (``broker``, ``parent``, ``router``), the
+brokers authenticate datagrams (``--channel-auth all`` at a leaf, ``routers`` at the parent), and our
+own gRPC channels to the children use the ``admin`` certificate. Without (``gridstat up --insecure``)
+everything is plaintext and unauthenticated.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from typing import IO, Any
 
 import grpc
 
+from gridstat.demo.localtls import ADMIN, CertDir
 from gridstat.errors import GridStatError
 from gridstat.v1 import broker_pb2 as bpb
 from gridstat.v1 import broker_pb2_grpc as bpb_grpc
@@ -58,9 +65,11 @@ class ChildProcess:
     ready_re: re.Pattern[str] = BROKER_READY_RE
     what = "process"
 
-    def __init__(self, name: str, log_path: Path) -> None:
+    def __init__(self, name: str, log_path: Path, certs: CertDir | None = None) -> None:
         self.name = name
         self.log_path = log_path
+        #: Where the certificates are (mTLS and datagram authentication); None = plaintext (--insecure).
+        self.certs = certs
         self.proc: asyncio.subprocess.Process | None = None
         self.channel: grpc.aio.Channel | None = None
         self.error = ""
@@ -73,6 +82,19 @@ class ChildProcess:
 
     def connect(self) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def open_channel(self, address: str) -> grpc.aio.Channel:
+        """Our channel to the child: mTLS with the ``admin`` certificate, or plaintext without certs."""
+        if self.certs is None:
+            return grpc.aio.insecure_channel(address)
+        return grpc.aio.secure_channel(address, self.certs.tls(ADMIN).channel_credentials())
+
+    def tls_flags(self, identity: str) -> list[str]:
+        """The child serves TLS only with ``identity``'s certificate and requires client certificates."""
+        if self.certs is None:
+            return []
+        c = self.certs
+        return ["--tls-cert", str(c.cert(identity)), "--tls-key", str(c.key(identity)), "--tls-client-ca", str(c.ca)]
 
     @property
     def pid(self) -> int | None:
@@ -141,8 +163,8 @@ class BrokerProcess(ChildProcess):
     what = "broker"
 
     def __init__(self, name: str, role: str, state_path: Path, log_path: Path, *, variable_id_base: int = 1,
-                 parent: str = "", clouds: tuple[str, ...] = ()) -> None:
-        super().__init__(name, log_path)
+                 parent: str = "", clouds: tuple[str, ...] = (), certs: CertDir | None = None) -> None:
+        super().__init__(name, log_path, certs)
         self.role = role
         self.state_path = state_path
         self.variable_id_base = variable_id_base
@@ -161,12 +183,19 @@ class BrokerProcess(ChildProcess):
     def command(self) -> list[str]:
         cmd = [sys.executable, "-m", "gridstat.cli.main", "broker", "--name", self.name, "--host", "127.0.0.1",
                "--port", "0", "--state", str(self.state_path), "--exit-with-parent"]
+        ca = str(self.certs.ca) if self.certs is not None else ""
         if self.role == "parent":
             cmd += ["--role", "parent"]
+            if ca:  # its certificate is "parent"; it calls the leaves (children) with it
+                cmd += [*self.tls_flags("parent"), "--peer-tls-ca", ca, "--channel-auth", "routers"]
         else:
             cmd += ["--variable-id-base", str(self.variable_id_base)]
             if self.parent:
                 cmd += ["--parent", self.parent]
+            if ca:  # "broker": served, and used towards its routers and its parent
+                cmd += [*self.tls_flags("broker"), "--router-tls-ca", ca, "--channel-auth", "all"]
+                if self.parent:
+                    cmd += ["--peer-tls-ca", ca]
         return cmd
 
     async def start(self) -> re.Match[str]:
@@ -176,7 +205,7 @@ class BrokerProcess(ChildProcess):
 
     def connect(self) -> None:
         """Open the gRPC channel (after every child is forked: gRPC's fork handlers only complain)."""
-        self.channel = grpc.aio.insecure_channel(self.address)
+        self.channel = self.open_channel(self.address)
         self.stub = bpb_grpc.QoSBrokerStub(self.channel)  # type: ignore[no-untyped-call]
 
     async def call(self, what: str, method: str, request: Any, *, ok_codes: tuple[grpc.StatusCode, ...] = ()) -> Any:
@@ -212,8 +241,8 @@ class RouterProcess(ChildProcess):
     what = "router"
 
     def __init__(self, name: str, router_id: int, role: str, cloud: str, variant: str, log_path: Path, *,
-                 broker: str = "") -> None:
-        super().__init__(name, log_path)
+                 broker: str = "", certs: CertDir | None = None) -> None:
+        super().__init__(name, log_path, certs)
         self.router_id = router_id
         self.role = role
         self.cloud = cloud
@@ -240,8 +269,13 @@ class RouterProcess(ChildProcess):
         cmd = [sys.executable, "-m", "gridstat.cli.main", "router", "--name", self.name,
                "--id", str(self.router_id), "--port", "0", "--control-port", "0",
                "--role", self.role, "--variant", self.variant, "--exit-with-parent"]
+        cmd += self.tls_flags("router")
         if self.broker:
             cmd += ["--broker", self.broker]
+            if self.certs is not None:  # the edge proxy calls its leaf broker as "router"
+                c = self.certs
+                cmd += ["--broker-tls-ca", str(c.ca), "--broker-tls-cert", str(c.cert("router")),
+                        "--broker-tls-key", str(c.key("router"))]
         return cmd
 
     async def start(self) -> re.Match[str]:
@@ -250,7 +284,7 @@ class RouterProcess(ChildProcess):
         return m
 
     def connect(self) -> None:
-        self.channel = grpc.aio.insecure_channel(self.control_address)
+        self.channel = self.open_channel(self.control_address)
         self.stub = rpb_grpc.RouterControlStub(self.channel)  # type: ignore[no-untyped-call]
 
     async def poll_stats(self) -> rpb.RouterStats | None:

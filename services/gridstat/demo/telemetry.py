@@ -17,10 +17,11 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from gridstat.client import Subscriber, SubscriptionRejected
+from gridstat.core.tls import TlsFiles
 from gridstat.demo import topology as topo
 from gridstat.errors import GridStatError
 from gridstat.telemetry import Archiver, RoleTelemetry, roles
@@ -28,6 +29,15 @@ from gridstat.telemetry.localkafka import LocalKafka
 
 ARCHIVE_INTERVAL_MS = 100
 _METRICS_PORT = re.compile(r"metrics_port=(\d+)")
+
+
+def archive_name(edge: str) -> str:
+    """The client name (and certificate identity) of the archive subscriber at an edge router."""
+    return f"archive-{edge}"
+
+
+def archive_names(publishers: Iterable[topo.Publisher]) -> list[str]:
+    return sorted({archive_name(p.edge) for p in publishers})
 
 
 def metrics_port(ready_line: str) -> int | None:
@@ -68,8 +78,10 @@ class DemoTelemetry:
         return self.bootstrap
 
     async def attach(self, subscribers: Iterable[Subscriber], publishers: Iterable[topo.Publisher],
-                     edge_control: dict[str, str]) -> None:
-        """Export the subscribers' samples; with Kafka, archive every published variable."""
+                     edge_control: dict[str, str],
+                     tls_of: Callable[[str], TlsFiles | None] = lambda name: None) -> None:
+        """Export the subscribers' samples; with Kafka, archive every published variable (one subscriber
+        ``archive-<edge>`` per edge router, with ``tls_of(name)``: its certificate, or None for plaintext)."""
         assert self.tel is not None
         for sub in subscribers:
             roles.add_subscriber(self.tel, sub)
@@ -80,7 +92,8 @@ class DemoTelemetry:
                 by_edge.setdefault(p.edge, []).extend(p.variables)
             for edge, variables in by_edge.items():
                 try:
-                    sub = await Subscriber.connect(f"archive-{edge}", edge_control[edge])
+                    name = archive_name(edge)
+                    sub = await Subscriber.connect(name, edge_control[edge], tls=tls_of(name))
                 except GridStatError as exc:
                     self.notes.append(f"archive at {edge}: {exc}")
                     continue

@@ -135,10 +135,11 @@ class EventChannel:
         self.flood_all = flood_all
         self.queues = tuple(PriorityQueue(self, p) for p in PRIORITIES)
         self.stats = ChannelStats()
-        # A router channel numbers its datagrams on from the wall clock (4 per ms), so a restarted
-        # router's numbers are newer than its previous run's and its peer's replay window takes them
-        # without being reset by a broker (an inter-cloud peer is in another cloud: docs/security.md).
-        self.sequence = initial_sequence() if kind is ChannelKind.ROUTER else 0
+        # Every channel numbers its datagrams on from the wall clock (4 per ms), so a restarted
+        # router's numbers are newer than its previous run's and the peer's replay window takes them
+        # without being reset by a broker: an inter-cloud peer is in another cloud, and nobody resets
+        # a subscriber's window when its edge router restarts (docs/security.md).
+        self.sequence = initial_sequence()
         self.up = True
         self.last_heard_ms = 0
         self.rtt_ms = 0.0

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import grpc
 
-from gridstat.core import rpc
+from gridstat.core import access, rpc
 from gridstat.core.tls import TlsFiles
 from gridstat.errors import GridStatError, ValidationError
 from gridstat.router.channels import ChannelKind, EventChannel
@@ -255,13 +255,15 @@ class RouterControlServicer(pb_grpc.RouterControlServicer):
 
 
 async def serve(router: StatusRouter, host: str, port: int, tls: TlsFiles | None = None,
-                add_services: Callable[[grpc.aio.Server], None] | None = None) -> tuple[grpc.aio.Server, int]:
+                add_services: Callable[[grpc.aio.Server], None] | None = None,
+                grants: access.Grants | None = None) -> tuple[grpc.aio.Server, int]:
     """Start the control server on ``host:port`` (0 = any free port); returns it and its port.
 
-    With ``tls`` it serves TLS only (mutual TLS when ``tls.ca`` is set). ``add_services`` may add
-    more servicers to the same server before it starts (the edge router's ``EdgeProxy``).
+    With ``tls`` it serves TLS only (mutual TLS when ``tls.ca`` is set, and then every call is checked
+    against the caller's role: ``core.access``). ``add_services`` may add more servicers to the same
+    server before it starts (the edge router's ``EdgeProxy``).
     """
-    server = grpc.aio.server()
+    server = grpc.aio.server(interceptors=access.interceptors(tls.ca if tls else "", grants))
     pb_grpc.add_RouterControlServicer_to_server(RouterControlServicer(router), server)  # type: ignore[no-untyped-call]
     if add_services is not None:
         add_services(server)

@@ -16,7 +16,7 @@ import signal
 import sys
 import tracemalloc
 
-from gridstat.core import grpclog
+from gridstat.core import access, grpclog
 from gridstat.core.aio import exit_with_parent, install_fast_loop
 from gridstat.core.tls import TlsFiles
 from gridstat.errors import ValidationError
@@ -75,7 +75,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="how often a shaped channel tells downstream subscribers what it shed")
     p.add_argument("--tls-cert", default="", help="PEM certificate: serve the control API over TLS only")
     p.add_argument("--tls-key", default="", help="PEM private key of --tls-cert")
-    p.add_argument("--tls-client-ca", default="", help="PEM CA: require client certificates it signed (mTLS)")
+    p.add_argument("--tls-client-ca", default="", help="PEM CA: require client certificates it signed (mTLS); "
+                                                        "then only the leaf broker changes this router and "
+                                                        "administrators and observers read it (docs/security.md)")
+    access.add_arguments(p)
     p.add_argument("--broker", default="", metavar="HOST:PORT",
                    help="edge routers: the leaf QoS broker; serve the EdgeProxy for publishers and subscribers "
                         "on the control port")
@@ -122,13 +125,14 @@ async def _run(args: argparse.Namespace) -> None:
         raise ValidationError("--tls-client-ca needs --tls-cert and --tls-key", field="tls_cert")
     if args.healthz_max_age_ms <= 0:
         raise ValidationError("--healthz-max-age-ms must be positive", field="healthz_max_age_ms")
+    grants = access.Grants.parse(args.grant)
     proxy = _proxy(args, config)
     router = StatusRouter(config)
     await router.start()
     tel = telemetry.for_router(router, args)  # --kafka / --metrics-port: samples router.stats(), off the data path
     await tel.start()
     add_services = None if proxy is None else (lambda server: add_to_server(proxy, server))
-    server, control_port = await serve(router, args.host, args.control_port, tls, add_services)
+    server, control_port = await serve(router, args.host, args.control_port, tls, add_services, grants)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

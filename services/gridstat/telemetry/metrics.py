@@ -151,6 +151,18 @@ class LeafBrokerCollector(_Base):
                             ["broker"])
         rebuilds.add_metric([name], float(getattr(b, "rebuilds", 0)))
         yield rebuilds
+        gate = getattr(b, "gate", None)  # broker.gate: the bound on concurrent admissions
+        if gate is not None:
+            busy = _counter("gridstat_broker_admissions_refused_busy_total",
+                            "Admissions refused as RESOURCE_EXHAUSTED at the broker's bound, by scope "
+                            "(global: all callers', caller: the caller's own)", ["broker", "scope"])
+            for scope in ("global", "caller"):
+                busy.add_metric([name, scope], float(gate.refused[scope]))
+            yield busy
+            flight = _gauge("gridstat_broker_admissions_in_flight", "Admissions the broker is working on",
+                            ["broker"])
+            flight.add_metric([name], float(gate.in_flight))
+            yield flight
         if self.recorder is not None:
             yield from _recorder_metrics(name, self.recorder)
 
@@ -360,3 +372,19 @@ class TlsRefusalsCollector(_Base):
         for reason, n in sorted(self._counts().items()):
             refused.add_metric([self.role, self.source, reason], float(n))
         yield refused
+
+
+class RpcDenialsCollector(_Base):
+    """``gridstat_rpc_denied_total``: gRPC calls refused as ``PERMISSION_DENIED`` because the caller's
+    certificate has no role the method needs (``core.access``), by method and the caller's roles."""
+
+    def __init__(self, role: str, source: str, counts: Callable[[], Mapping[tuple[str, str], int]]) -> None:
+        self.role, self.source = role, source
+        self._counts = counts
+
+    def collect(self) -> Iterator[Metric]:
+        denied = _counter("gridstat_rpc_denied_total", "gRPC calls refused for the caller's role (PERMISSION_DENIED)",
+                          ["role", "source", "method", "caller_role"])
+        for (method, caller), n in sorted(self._counts().items()):
+            denied.add_metric([self.role, self.source, method, caller], float(n))
+        yield denied

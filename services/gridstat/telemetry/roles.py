@@ -25,7 +25,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from gridstat.core import grpclog
+from gridstat.core import access, grpclog
 
 from . import metrics
 from .exporting import ExporterConfig, TelemetryExporter
@@ -70,6 +70,7 @@ class RoleTelemetry:
             self.reporter = Reporter(self.exporter, interval_s=interval_ms / 1000)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(metrics.TlsRefusalsCollector(role, name, grpclog.refused))
+        self.registry.register(metrics.RpcDenialsCollector(role, name, access.denied))
         self.server = MetricsServer(self.registry, metrics_host, metrics_port) if metrics_port >= 0 else None
         if self.exporter is not None:
             exp = self.exporter

@@ -459,12 +459,19 @@ class Requirement(_message.Message):
     EXACT_FIELD_NUMBER: _builtins.int
     PREDECESSORS_FIELD_NUMBER: _builtins.int
     SUCCESSORS_FIELD_NUMBER: _builtins.int
+    OVERLAP_RATE_EPS_FIELD_NUMBER: _builtins.int
+    OVERLAP_COUNT_FIELD_NUMBER: _builtins.int
     min_rate_eps: _builtins.float
     max_rate_eps: _builtins.float
     min_count: _builtins.int
     max_count: _builtins.int
     exact: _builtins.bool
     """the filter is a node of the graph"""
+    overlap_rate_eps: _builtins.float
+    """The advertisements the filter overlaps at all: their total rate (capped per interval) and number,
+    an upper bound beside Theorem 1's max_rate_eps (which the controller's --upper-bound overlap uses).
+    """
+    overlap_count: _builtins.int
     @_builtins.property
     def predecessors(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """S: the tightest nodes covering the filter"""
@@ -483,10 +490,12 @@ class Requirement(_message.Message):
         exact: _builtins.bool = ...,
         predecessors: _abc.Iterable[_builtins.str] | None = ...,
         successors: _abc.Iterable[_builtins.str] | None = ...,
+        overlap_rate_eps: _builtins.float = ...,
+        overlap_count: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["exact", b"exact", "max_count", b"max_count", "max_rate_eps", b"max_rate_eps", "min_count", b"min_count", "min_rate_eps", b"min_rate_eps", "predecessors", b"predecessors", "successors", b"successors"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["exact", b"exact", "max_count", b"max_count", "max_rate_eps", b"max_rate_eps", "min_count", b"min_count", "min_rate_eps", b"min_rate_eps", "overlap_count", b"overlap_count", "overlap_rate_eps", b"overlap_rate_eps", "predecessors", b"predecessors", "successors", b"successors"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

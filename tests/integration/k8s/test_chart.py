@@ -196,10 +196,16 @@ def test_tls_channel_auth_and_policy_render_flags_and_mounts(tools: dict[str, st
         sidecar = container(f"rel-gridstat-broker-{cloud}", "topology")
         assert {e["name"] for e in sidecar["env"]} >= {"GRIDSTAT_TLS_CA", "GRIDSTAT_TLS_CERT", "GRIDSTAT_TLS_KEY"}
         router = container(f"rel-gridstat-router-{cloud}", "router")
-        for flag in (f"--tls-cert={tls}tls.crt", f"--tls-key={tls}tls.key", f"--tls-client-ca={tls}ca.crt",
-                     f"--broker-tls-ca={tls}ca.crt", f"--broker-tls-cert={tls}tls.crt",
-                     f"--broker-tls-key={tls}tls.key"):
+        for flag in (f"--tls-cert={tls}tls.crt", f"--tls-key={tls}tls.key", f"--tls-client-ca={tls}ca.crt"):
             assert flag in args(router).split(), (cloud, flag)
+        # towards the broker: only edge routers proxy (their line of the router ConfigMap)
+        (routers,) = [d for d in docs
+                      if d["kind"] == "ConfigMap" and d["metadata"]["name"] == f"rel-gridstat-router-{cloud}"]
+        for line in routers["data"].values():
+            edge = "--role edge" in line
+            for flag in (f"--broker-tls-ca={tls}ca.crt", f"--broker-tls-cert={tls}tls.crt",
+                         f"--broker-tls-key={tls}tls.key"):
+                assert (flag in line.split()) is edge, (cloud, flag, line)
         secret_mounted(f"rel-gridstat-router-{cloud}", router, "tls", "gridstat-tls", "/etc/gridstat/tls")
     parent = container("rel-gridstat-parent", "parent")
     for flag in (f"--tls-cert={tls}tls.crt", f"--tls-client-ca={tls}ca.crt", f"--peer-tls-ca={tls}ca.crt"):
@@ -211,20 +217,27 @@ def test_tls_channel_auth_and_policy_render_flags_and_mounts(tools: dict[str, st
     secret_mounted("rel-gridstat-parent", parent, "tls", "gridstat-tls", "/etc/gridstat/tls")
     host = container("rel-gridstat-condensation-host", "condensation-host")
     assert f"--tls-ca={tls}ca.crt" in host["args"] and f"--tls-cert={tls}tls.crt" in host["args"]
-    for workload, name in (("rel-gridstat-operator", "operator"), ("rel-gridstat-test-brokers", "test"),
-                           ("rel-gridstat-parent", "topology")):
+    for workload, name, volume in (("rel-gridstat-operator", "operator", "tls"),
+                                   ("rel-gridstat-test-brokers", "test", "tls"),
+                                   ("rel-gridstat-parent", "topology", "tls-operator")):
         c = container(workload, name)
         assert {e["name"]: e["value"] for e in c["env"] if "value" in e}["GRIDSTAT_TLS_CA"] == f"{tls}ca.crt"
-        secret_mounted(workload, c, "tls", "gridstat-tls", "/etc/gridstat/tls")
+        secret_mounted(workload, c, volume, "gridstat-tls", "/etc/gridstat/tls")
     (cm,) = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "rel-gridstat-policy"]
     assert yaml.safe_load(cm["data"]["policy.yaml"]) == yaml.safe_load(SECURE.read_text())["authorization"]["policy"]
-    # without the options: none of the flags, volumes or the ConfigMap
-    plain = render(tools)
+    # one shared certificate: its identities act as every component (--grant on every gRPC server)
+    for workload, name in (("rel-gridstat-broker-a", "broker"), ("rel-gridstat-router-a", "router"),
+                           ("rel-gridstat-parent", "parent"), ("rel-gridstat-admission", "admission")):
+        a = args(container(workload, name)).replace("'", "").split()
+        for role in ("admin", "broker", "router"):
+            assert f"--grant={role}=gridstat-*" in a and f"--grant={role}=gridstat" in a, (workload, role, a)
+    # explicitly insecure: none of the flags, volumes, Secrets or the ConfigMap
+    plain = render(tools, extra=("--set", "tls.enabled=false", "--set", "dataPlaneAuth.enabled=false",
+                                 "--set", "security.insecure=true"))
     assert not any(d["kind"] == "ConfigMap" and d["metadata"]["name"] == "rel-gridstat-policy" for d in plain)
+    assert not any(d["kind"] == "Secret" for d in plain)
     text = yaml.safe_dump_all(plain)
     assert "--channel-auth" not in text and "--policy=/" not in text and "--tls-" not in text
-    bad = helm(tools, "template", "rel", str(CHART), "--set", "dataPlaneAuth.enabled=true", check=False)
-    assert bad.returncode != 0 and "dataPlaneAuth.secretName" in bad.stderr
 
 
 def test_network_policies_open_only_each_planes_traffic(tools: dict[str, str]) -> None:
@@ -454,7 +467,7 @@ def test_admission_controller_is_a_workload_and_the_leaf_brokers_consult_it(tool
     off = render(tools, extra=("--set", "admission.enabled=false"))
     assert not [d for d in off if d["metadata"]["name"] == name]
     assert "--admission" not in yaml.safe_dump_all(off)
-    plain = render(tools)  # without TLS: no --admission-tls-ca
+    plain = render(tools, extra=("--set", "tls.enabled=false", "--set", "security.insecure=true"))  # no TLS
     args = _pod_specs(plain)["rel-gridstat-broker-a"]["containers"][0]["args"]
     assert "--admission=rel-gridstat-admission.grid.svc:7702" in args
     assert not any(a.startswith("--admission-tls-ca") for a in args)

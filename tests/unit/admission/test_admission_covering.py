@@ -122,6 +122,44 @@ def test_the_rate_filter_caps_the_requirement() -> None:
     assert g.requirement(Filter.for_variable("pmu1/*")).max_rate == 90
 
 
+def test_theorem_1_upper_bound_as_stated_and_the_overlap_bound_as_an_option() -> None:
+    # S = {price>0} (4/s of its own, and price>5 ∧ DEU's 10/s under it); price<3 is not under it.
+    g = AdvertisementGraph()
+    g.advertise("root", f("price>0"), 4)
+    g.advertise("x", f("price>5, name=DEU"), 10)
+    g.advertise("y", f("price<3"), 7)
+    theorem = g.requirement(f("price>4"))
+    assert g.node(f("price>0")).rate == 14
+    assert (theorem.min_rate, theorem.max_rate, theorem.max_count) == (10, 14, 2)
+    assert theorem.predecessors == ("price>0",)
+    assert (theorem.overlap_rate, theorem.overlap_count) == (14, 2)
+    # An advertisement under price>0 but disjoint from price>4: Theorem 1's bound (price>0's rate)
+    # takes it, the overlap total does not.
+    g.advertise("z", f("price>1, price<2"), 6)
+    theorem = g.requirement(f("price>4"))
+    assert theorem.max_rate == 20 and theorem.overlap_rate == 14
+    tight = g.requirement(f("price>4"), overlap_bound=True)
+    assert (tight.min_rate, tight.max_rate, tight.max_count) == (10, 14, 2)
+
+
+def test_the_interval_cap_applies_to_the_lower_bound_as_to_the_upper() -> None:
+    # Three publishers of 20/s each under pmu*/freq's successor; a subscription at 100 ms takes at most
+    # 10/s from each: at least 30/s (the successor's three publishers), not min(60, 10) = 10.
+    g = AdvertisementGraph()
+    for i in (1, 2, 3):
+        g.advertise(f"p{i}", f(f"publisher=pmu{i}, variable=freq, zone=1"), 20)
+    g.advertise("zone", f("zone=1"), 20)
+    g.advertise("freq", f("variable=freq, zone=1"), 5)
+    req = g.requirement(f("variable=freq"), interval_ms=100)
+    assert req.successors == ("variable=freq, zone=1",)
+    assert req.min_rate == 5 + 3 * 10 and req.min_count == 4
+    # S empty: the overlapping advertisements (zone=1 may publish freq too), each capped at 10/s.
+    assert req.max_rate == 5 + 3 * 10 + 10 and req.max_count == 5
+    uncapped = g.requirement(f("variable=freq"))
+    assert (uncapped.min_rate, uncapped.max_rate) == (65, 85)
+    assert req.min_rate <= req.max_rate
+
+
 def test_a_subscription_covering_nothing_is_refused() -> None:
     g = final_tree()
     with pytest.raises(NoMatchingAdvertisement):
@@ -198,7 +236,22 @@ def test_random_sequences_keep_the_invariant_and_return_to_empty(ops: list[tuple
             truth_hi = sum(r for _, (k, r) in g.advertisements().items() if sub.intersects(g.node(k).filter))
             truth_lo = sum(r for _, (k, r) in g.advertisements().items() if sub.covers(g.node(k).filter))
             assert req.min_rate <= truth_lo + 1e-9 and req.max_rate + 1e-9 >= truth_lo
-            assert req.max_rate <= truth_hi + 1e-9 or math.isclose(req.max_rate, truth_hi)
+            assert req.exact or math.isclose(req.overlap_rate, truth_hi)
+            # Theorem 1's upper bound need not be below the overlap total; the overlap option is.
+            tight = g.requirement(sub, overlap_bound=True)
+            assert tight.max_rate <= truth_hi + 1e-9 and tight.max_rate <= req.max_rate + 1e-9
+            assert tight.min_rate == req.min_rate
+            # The graph's edge-following look-ups find what a scan of every node finds.
+            around = g._search(sub)
+            scan_cover = [n for n in g.nodes() if n.key != sub.key and n.filter.covers(sub)]
+            assert {n.key for n in around.covering} == {n.key for n in scan_cover}
+            assert {n.key for n in around.predecessors()} == {
+                n.key for n in scan_cover if not any(m is not n and n.filter.covers(m.filter) for m in scan_cover)}
+            scan_succ = [n for n in g.nodes() if n.key != sub.key and sub.covers(n.filter)]
+            assert {n.key for n in around.successors()} == {
+                n.key for n in scan_succ if not any(m is not n and m.filter.covers(n.filter) for m in scan_succ)}
+            assert {n.key for n in around.overlapping} == {n.key for n in g.nodes() if n.filter.intersects(sub)}
+            assert {r.key for r in g.roots()} == {n.key for n in g.nodes() if not n.parents}
     for ad in live:
         g.unadvertise(ad)
     g.check()

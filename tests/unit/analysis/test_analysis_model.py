@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from decimal import Decimal, getcontext
 
 import pytest
 
@@ -152,3 +153,46 @@ def test_a_workload_without_subscriptions_has_no_break_even() -> None:
 def test_missing_lifetime_where_subscriptions_arrive() -> None:
     with pytest.raises(workloads.MissingParameter):
         workloads.ClassGroup("x", 1, (0.1,), (0.0,), (0.0,))
+
+
+def _reference_saving(w: workloads.Workload, scale: float, routing: str) -> Decimal:
+    """Eq. (13) (identity) or b_s - b_cs (simple), evaluated in 60-digit decimal arithmetic from the
+    per-link form of eq. (12): no subtraction of near-equal totals and no float rounding."""
+    getcontext().prec = 60
+    tree, s = w.tree, Decimal(scale)
+    total = Decimal(0)
+    for g in w.groups:
+        lam = [Decimal(v) * s for v in g.arrival_per_s]
+        load = [lam[b] * Decimal(g.lifetime_s[b]) for b in range(len(tree))]
+        pub = [Decimal(v) for v in g.publish_per_s]
+        omega_f = sum(pub, Decimal(0))
+        sub_load, lam_a, pub_sub = list(load), list(lam), list(pub)
+        for b in tree.post_order:
+            for c in tree.children[b]:
+                sub_load[b] += sub_load[c]
+                lam_a[b] += lam_a[c]
+                pub_sub[b] += pub_sub[c]
+        for b in range(len(tree)):
+            if b == tree.root:
+                continue
+            p0 = (-sub_load[b]).exp()
+            control = 2 * lam_a[b] * (p0 if routing == "identity" else 1)
+            total += g.count * (p0 * (omega_f - pub_sub[b]) - control)
+    return total
+
+
+@pytest.mark.parametrize("routing", ["identity", "simple"])
+@pytest.mark.parametrize("omega", [32.0, 1000.0])
+def test_break_even_agrees_with_a_cancellation_free_evaluation(routing: str, omega: float) -> None:
+    # The running example (T_8) at the paper's omega = 1000 and Fig. 7's 32: near the identity break-even
+    # b_s is ~1e-13 of b_f, where b_f - (b_n + b_p) in floats was off by ~10 % (docs/analysis.md).
+    w = uniform("T8", 1000, omega=omega)
+    found = model.break_even(w, routing)
+    assert found.scale is not None
+    lo, hi = found.scale * (1 - 1e-6), found.scale * (1 + 1e-6)
+    assert _reference_saving(w, lo, routing) > 0 > _reference_saving(w, hi, routing)
+    for scale in (1.0, 10.0, found.scale / 2, found.scale * 0.99):
+        t = model.totals(w.scaled(scale))
+        want = _reference_saving(w, scale, routing)
+        got = model.saving(t, routing)
+        assert abs(Decimal(got) - want) <= Decimal("1e-9") * abs(want) + Decimal("1e-12") * Decimal(t.b_f)

@@ -12,7 +12,14 @@ from hypothesis import strategies as st
 
 from gridstat.client import Extrapolation, Holder, Subscriber, Subscription, Violation
 from gridstat.client import extrapolation as ex
-from gridstat.client.extrapolation import average, polynomial, polynomial_average, stoer_bulirsch
+from gridstat.client.extrapolation import (
+    ExtrapolateFn,
+    average,
+    least_squares,
+    polynomial,
+    polynomial_average,
+    stoer_bulirsch,
+)
 from gridstat.core import wire
 from gridstat.core.model import BOOL, FLOAT, INT, StatusVariable, StructType, TypeSpec, ValueType
 from gridstat.errors import DuplicateName, GridStatError, NotFound, ValidationError
@@ -21,7 +28,7 @@ VAR = StatusVariable("pmu1", "freq", FLOAT, 10, variable_id=7)
 COUNT = StatusVariable("pmu1", "count", INT, 20, variable_id=9)
 EPOCH = 1_700_000_000_000  # realistic epoch milliseconds: the conditioning the spec must survive
 
-BUILTINS = (average, polynomial, polynomial_average, stoer_bulirsch)
+BUILTINS = (average, polynomial, polynomial_average, stoer_bulirsch, least_squares)
 
 
 # -- the methods ------------------------------------------------------------------------------------
@@ -37,30 +44,47 @@ def test_average_is_the_mean_of_the_window() -> None:
 @pytest.mark.parametrize(("order", "coefs"), [
     (0, (3.0,)), (1, (1.0, 2.0)), (2, (1.0, -2.0, 0.5)), (3, (0.5, 0.0, -1.0, 0.25)), (3, (2.0, 1.0)),
 ])
-@pytest.mark.parametrize("extra", [0, 3])  # interpolation (window = order + 1) and least squares
+@pytest.mark.parametrize("extra", [0, 3])  # window = order + 1, and more samples than that
+@pytest.mark.parametrize("method", [polynomial, least_squares])
 def test_polynomial_is_exact_for_polynomials_of_degree_up_to_its_order(
-        order: int, coefs: tuple[float, ...], extra: int) -> None:
+        order: int, coefs: tuple[float, ...], extra: int, method: ExtrapolateFn) -> None:
     def p(t: float) -> float:
         return sum(c * t ** k for k, c in enumerate(coefs))
 
     xs = [float(-10 * i) for i in range(order + extra, -1, -1)]
     for at in (10.0, 25.0, 40.0):
-        assert polynomial(xs, [p(x) for x in xs], at, order) == pytest.approx(p(at), rel=1e-9, abs=1e-9)
+        assert method(xs, [p(x) for x in xs], at, order) == pytest.approx(  # type: ignore[call-arg]
+            p(at), rel=1e-9, abs=1e-9)
 
 
-def test_polynomial_least_squares_averages_noise() -> None:
+def test_polynomial_is_lagrange_through_the_last_points_as_the_dissertation_says() -> None:
+    # y = x^2 at x = 1..4 (dissertation 2.2.2, reference [42]): the line through the last two points
+    # predicts 23 at x = 5, a quadratic or cubic through the last three or four 25; a least-squares
+    # line through all four predicts 20.
+    xs, ys = [1.0, 2.0, 3.0, 4.0], [1.0, 4.0, 9.0, 16.0]
+    assert polynomial(xs, ys, 5.0, 1) == pytest.approx(23.0)
+    assert polynomial(xs, ys, 5.0, 2) == pytest.approx(25.0)
+    assert polynomial(xs, ys, 5.0, 3) == pytest.approx(25.0)
+    assert least_squares(xs, ys, 5.0, 1) == pytest.approx(20.0)
+    assert Extrapolation("polynomial", order=1).predict([1, 2, 3, 4], ys, 5) == pytest.approx(23.0)
+    assert Extrapolation("least-squares", order=1).predict([1, 2, 3, 4], ys, 5) == pytest.approx(20.0)
+
+
+def test_least_squares_averages_noise() -> None:
     # A line through noisy samples: order 1 over 6 samples is the regression line, not the last two.
     xs = [-50.0, -40.0, -30.0, -20.0, -10.0, 0.0]
     ys = [1.0, 3.0, 1.0, 3.0, 1.0, 3.0]
     # Regression line: mean 2 at x = -25, slope 30 / 1750 per ms, so 2 + 35 * 30 / 1750 at x = 10.
-    assert polynomial(xs, ys, 10.0, 1) == pytest.approx(2.6)
-    assert polynomial(xs[-2:], ys[-2:], 10.0, 1) == pytest.approx(5.0)
+    assert least_squares(xs, ys, 10.0, 1) == pytest.approx(2.6)
+    assert least_squares(xs[-2:], ys[-2:], 10.0, 1) == pytest.approx(5.0)
+    assert polynomial(xs, ys, 10.0, 1) == pytest.approx(5.0)  # the seed's: the last two points
 
 
 def test_polynomial_with_too_few_or_repeated_samples_lowers_the_degree() -> None:
     assert polynomial([-10, 0], [1, 2], 10, order=3) == pytest.approx(3.0)  # only a line fits 2 samples
     assert polynomial([0], [7.5], 10, order=2) == 7.5
-    assert polynomial([0, 0, 0], [1, 2, 3], 10, order=2) == pytest.approx(2.0)  # one abscissa: the mean
+    assert polynomial([0, 0, 0], [1, 2, 3], 10, order=2) == pytest.approx(3.0)  # one abscissa: its newest
+    assert least_squares([0, 0, 0], [1, 2, 3], 10, order=2) == pytest.approx(2.0)  # one abscissa: the mean
     assert math.isnan(polynomial([], [], 10, order=1))
     with pytest.raises(ValidationError):
         polynomial([0], [1], 1, order=-1)

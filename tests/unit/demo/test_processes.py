@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gridstat.demo.localtls import CertDir
 from gridstat.demo.processes import BrokerProcess, RouterProcess, parent_role_available
 
 
@@ -34,3 +35,35 @@ def test_router_command_edge_routers_proxy_to_their_broker(tmp_path: Path) -> No
 
 def test_parent_role_detection_is_a_bool() -> None:
     assert isinstance(parent_role_available(), bool)
+
+
+def flag(cmd: list[str], name: str) -> str:
+    return cmd[cmd.index(name) + 1]
+
+
+def test_with_certificates_every_child_serves_mtls_and_brokers_authenticate_datagrams(tmp_path: Path) -> None:
+    certs = CertDir(tmp_path / "certs")
+    ca = str(certs.ca)
+    leaf = BrokerProcess("A", "leaf", tmp_path / "A.sqlite", tmp_path / "A.log", parent="127.0.0.1:7000",
+                         certs=certs).command()
+    assert (flag(leaf, "--tls-cert"), flag(leaf, "--tls-key")) == (str(certs.cert("broker")), str(certs.key("broker")))
+    assert flag(leaf, "--tls-client-ca") == flag(leaf, "--router-tls-ca") == flag(leaf, "--peer-tls-ca") == ca
+    assert flag(leaf, "--channel-auth") == "all"
+    alone = BrokerProcess("A", "leaf", tmp_path / "a", tmp_path / "b", certs=certs).command()
+    assert "--peer-tls-ca" not in alone and flag(alone, "--channel-auth") == "all"
+    parent = BrokerProcess("parent", "parent", tmp_path / "p", tmp_path / "p.log", certs=certs).command()
+    assert flag(parent, "--tls-cert") == str(certs.cert("parent")) and flag(parent, "--peer-tls-ca") == ca
+    assert flag(parent, "--tls-client-ca") == ca and flag(parent, "--channel-auth") == "routers"
+    edge = RouterProcess("e1", 1, "edge", "A", "close", tmp_path / "e1.log", broker="127.0.0.1:7001",
+                         certs=certs).command()
+    assert flag(edge, "--tls-cert") == flag(edge, "--broker-tls-cert") == str(certs.cert("router"))
+    assert flag(edge, "--tls-key") == flag(edge, "--broker-tls-key") == str(certs.key("router"))
+    assert flag(edge, "--tls-client-ca") == flag(edge, "--broker-tls-ca") == ca
+    inner = RouterProcess("i1", 2, "internal", "A", "close", tmp_path / "i1.log", certs=certs).command()
+    assert flag(inner, "--tls-client-ca") == ca and "--broker-tls-ca" not in inner
+
+
+def test_without_certificates_nothing_is_secured(tmp_path: Path) -> None:
+    leaf = BrokerProcess("A", "leaf", tmp_path / "A.sqlite", tmp_path / "A.log", parent="127.0.0.1:7000").command()
+    edge = RouterProcess("e1", 1, "edge", "A", "close", tmp_path / "e1.log", broker="127.0.0.1:7001").command()
+    assert not [a for a in leaf + edge if a.startswith("--tls") or a.endswith("tls-ca") or a == "--channel-auth"]

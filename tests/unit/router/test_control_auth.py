@@ -4,6 +4,8 @@ the admitted streams keep flowing. Unkeyed channels behave as before."""
 
 from __future__ import annotations
 
+import time
+
 from gridstat.client import Subscriber
 from gridstat.core import wire
 from gridstat.core.model import FLOAT, StatusVariable
@@ -97,7 +99,14 @@ def test_keyed_channels_sign_pings_and_notices_with_fresh_sequence_numbers() -> 
     assert r._notify("sub:ems", wire.SHED_LINK_OVERLOAD, wire.SHED_ACTION_DROPPED, [(3, 4)]) == 1
     pinged = link.sign_control(ping(sender=1))
     assert len(sent) == 3 and all(wire.verify_datagram(KEY, d) for d in [*sent, pinged])
-    assert [wire.decode_datagram(d).sequence for d in sent] == [1, 2, 3]
+    seqs = [wire.decode_datagram(d).sequence for d in sent]
+    assert seqs == [seqs[0], seqs[0] + 1, seqs[0] + 2]  # consecutive, on from the wall clock
+    # A restarted edge router's subscriber channel numbers on from a later clock: the subscriber's replay
+    # window takes its datagrams without anyone resetting it (docs/security.md).
+    time.sleep(0.002)
+    r2, _link2, _sub2, sent2 = router(KEY)
+    assert r2.notify_mode(wire.MODE_PREPARE, 2, 1, 9) == 1
+    assert ((wire.decode_datagram(sent2[0]).sequence - seqs[-1]) & 0xFFFF_FFFF) < 0x8000_0000
     assert wire.decode_datagram(pinged).sequence == (link.sequence & 0xFFFF_FFFF)  # the link's own counter
     # A subscriber with the key takes each once.
     s = Subscriber("ems", 1_000_001, key=KEY)
@@ -155,7 +164,7 @@ def test_control_datagrams_take_only_no_tag_or_the_auth_tag() -> None:
 
 
 def test_a_restarted_router_is_taken_by_its_peers_window_without_a_re_key() -> None:
-    """A router channel numbers from the wall clock, so after a restart its numbers are newer than the
+    """A channel numbers from the wall clock, so after a restart its numbers are newer than the
     previous run's and an inter-cloud peer (which no broker re-keys) takes them; replays stay refused."""
     before = EventChannel(name="b", peer_id=2, kind=ChannelKind.ROUTER, address=("127.0.0.1", 9), sender_id=1)
     before.set_key(KEY)
@@ -163,11 +172,11 @@ def test_a_restarted_router_is_taken_by_its_peers_window_without_a_re_key() -> N
     rx.set_key(KEY)
     old = [before.sign_control(ping(sender=1)) for _ in range(50)]
     assert all(rx.replay.accept(wire.decode_datagram(d).sequence) for d in old)
-    import time
     time.sleep(0.02)  # 50 datagrams take 12.5 ms of the clock (4 per ms: a faster link catches up later)
     restarted = EventChannel(name="b", peer_id=2, kind=ChannelKind.ROUTER, address=("127.0.0.1", 9), sender_id=1)
     restarted.set_key(KEY)
     assert rx.replay.accept(wire.decode_datagram(restarted.sign_control(ping(sender=1))).sequence)
     assert not rx.replay.accept(wire.decode_datagram(old[-1]).sequence)  # a replay of the previous run
+    # Subscriber channels too: nobody resets a subscriber's window when its edge router restarts.
     sub = EventChannel(name="s", peer_id=3, kind=ChannelKind.SUBSCRIBER, address=("127.0.0.1", 9), sender_id=1)
-    assert sub.sequence == 0  # client channels number from 1, as before
+    assert 0 < ((sub.sequence - wire.decode_datagram(old[-1]).sequence) & 0xFFFF_FFFF) < 0x8000_0000

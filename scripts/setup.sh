@@ -17,7 +17,7 @@ echo "== setup: installing gridstat and its tools into .venv" >&2
 .venv/bin/pip install -q -c services/constraints.txt -e "services[dev,spark]"
 # The Kubernetes operator (operator/, distribution gridstat-operator: kopf) beside it.
 .venv/bin/pip install -q -c services/constraints.txt -e operator
-# atheris (coverage-guided fuzzing) is optional: it needs a compiler; hypothesis covers the parsers without it.
-.venv/bin/pip install -q -c services/constraints.txt atheris >/dev/null 2>&1 \
-  || echo "setup: atheris did not install; the atheris fuzz run will be skipped (hypothesis still runs)" >&2
+# atheris (coverage-guided fuzzing of the wire parser and the forwarder): the suite runs it, so it must install.
+.venv/bin/pip install -q -c services/constraints.txt atheris \
+  || { echo "setup: atheris did not install (the fuzz suite needs it: tests/fuzz/test_atheris.py)" >&2; exit 1; }
 echo "$want" > "$stamp"

@@ -359,23 +359,24 @@ class AdvertisementGraph:
         """The nodes around ``filt`` in one descent from the roots. A node disjoint from ``filt`` has
         only disjoint descendants, so the descent follows children of intersecting nodes only, and
         visits each intersecting node once."""
-        seen: set[str] = set()
+        nodes = self._nodes
         around = Around([], [], [])
-        stack = [self._nodes[k] for k in self._roots]
+        stack = [n for k in self._roots if (n := nodes[k]).filter.intersects(filt)]
+        seen = {n.key for n in stack}
         while stack:
             n = stack.pop()
-            if n.key in seen:
-                continue
-            seen.add(n.key)
-            if not n.filter.intersects(filt):
-                continue
             around.overlapping.append(n)
             if n.key != filt.key:
                 if n.filter.covers(filt):
                     around.covering.append(n)
                 elif filt.covers(n.filter):
                     around.covered.append(n)
-            stack.extend(self._nodes[c] for c in n.children)
+            for c in n.children:
+                if c not in seen:
+                    seen.add(c)
+                    child = nodes[c]
+                    if child.filter.intersects(filt):
+                        stack.append(child)
         return around
 
     def _rate_under(self, node: Node, cap: float) -> float:

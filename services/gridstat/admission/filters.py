@@ -128,14 +128,31 @@ class Interval:
         return True
 
     def overlaps(self, other: Interval) -> bool:
+        """Some value lies in both: the larger lower end is below the smaller upper end (or equals it
+        with both ends closed). Compared in place, without building the intersection: the covering
+        graph's descent calls this once per node it looks at."""
         if self.numeric != other.numeric:
             return False
-        both = Interval(self.numeric, self.lo, self.lo_closed, self.hi, self.hi_closed)
-        if other.lo is not None:
-            both = both.narrow(">=" if other.lo_closed else ">", other.lo)
-        if other.hi is not None:
-            both = both.narrow("<=" if other.hi_closed else "<", other.hi)
-        return not both.is_empty()
+        # the intersection's lower end: the larger of the two (at a tie, closed only if both are)
+        if self.lo is None:
+            lo, lo_c = other.lo, other.lo_closed
+        elif other.lo is None or self.lo > other.lo:  # type: ignore[operator]
+            lo, lo_c = self.lo, self.lo_closed
+        elif other.lo > self.lo:  # type: ignore[operator]
+            lo, lo_c = other.lo, other.lo_closed
+        else:
+            lo, lo_c = self.lo, self.lo_closed and other.lo_closed
+        if self.hi is None:
+            hi, hi_c = other.hi, other.hi_closed
+        elif other.hi is None or self.hi < other.hi:  # type: ignore[operator]
+            hi, hi_c = self.hi, self.hi_closed
+        elif other.hi < self.hi:  # type: ignore[operator]
+            hi, hi_c = other.hi, other.hi_closed
+        else:
+            hi, hi_c = self.hi, self.hi_closed and other.hi_closed
+        if lo is None or hi is None:
+            return True
+        return lo < hi or (lo == hi and lo_c and hi_c)  # type: ignore[operator]
 
     def render(self, attribute: str) -> list[str]:
         if self.lo is not None and self.lo == self.hi:

@@ -13,6 +13,7 @@ a RESOURCE_EXHAUSTED answer is checked for the retry hint (``gridstat-retry-afte
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 import os
 import statistics
 import time
@@ -20,6 +21,7 @@ from collections import Counter
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
 from typing import Any
 
 import grpc
@@ -76,11 +78,11 @@ async def run_burst(address: str, *, calls: int, parallelism: int, deadline_s: f
     """The burst against the broker at ``address`` (clients ``flood`` and ``ems`` registered at e2)."""
     out = BurstResult(calls=calls, parallelism=parallelism, loadavg_before=loadavg())
     sem = asyncio.Semaphore(parallelism)
-    # One channel for the flood (one client), another for the legitimate client.
+    # The flood is one client on one channel. The legitimate client is another process, as it would be
+    # in the field: in this one its call would wait for this event loop, busy with the flood's answers.
+    legit = _LegitimateClient(address, legit_after_s, legit_deadline_s)
     flood_ch = grpc.aio.insecure_channel(address)
-    legit_ch = grpc.aio.insecure_channel(address)
     flood = bpb_grpc.QoSBrokerStub(flood_ch)  # type: ignore[no-untyped-call]
-    legit = bpb_grpc.QoSBrokerStub(legit_ch)  # type: ignore[no-untyped-call]
     interval = [10, 20, 50, 100]
 
     async def one(i: int) -> None:
@@ -105,25 +107,62 @@ async def run_burst(address: str, *, calls: int, parallelism: int, deadline_s: f
             out.outcomes[outcome] += 1
             out.latency_ms.setdefault(outcome, []).append(ms)
 
-    async def legitimate() -> None:
-        await asyncio.sleep(legit_after_s)
-        t0 = time.perf_counter()
-        try:
-            reply = await legit.Subscribe(subscribe_request("ems", 0, 100), timeout=legit_deadline_s)
-            out.legit_outcome = _classify(reply)
-        except grpc.aio.AioRpcError as exc:
-            out.legit_outcome = exc.code().name
-        out.legit_ms = (time.perf_counter() - t0) * 1000
-
     t0 = time.perf_counter()
     try:
-        await asyncio.gather(legitimate(), *(one(i) for i in range(calls)))
+        legit.go()
+        await asyncio.gather(*(one(i) for i in range(calls)))
+        out.legit_outcome, out.legit_ms = await asyncio.to_thread(legit.result, legit_after_s + legit_deadline_s + 30)
     finally:
         out.seconds = time.perf_counter() - t0
         out.loadavg_after = loadavg()
         await flood_ch.close()
-        await legit_ch.close()
+        legit.close()
     return out
+
+
+def _legitimate_call(conn: Connection, address: str, after_s: float, deadline_s: float) -> None:
+    """In its own process: connect, say ready, wait for go, sleep ``after_s``, Subscribe once as ``ems``."""
+    ch = grpc.insecure_channel(address)
+    stub = bpb_grpc.QoSBrokerStub(ch)  # type: ignore[no-untyped-call]
+    grpc.channel_ready_future(ch).result(timeout=30)
+    conn.send("ready")
+    conn.recv()
+    time.sleep(after_s)
+    t0 = time.perf_counter()
+    try:
+        outcome = _classify(stub.Subscribe(subscribe_request("ems", 0, 100), timeout=deadline_s))
+    except grpc.RpcError as exc:
+        outcome = exc.code().name
+    conn.send((outcome, (time.perf_counter() - t0) * 1000))
+    ch.close()
+
+
+class _LegitimateClient:
+    """The legitimate client's process (spawned: gRPC does not survive a fork)."""
+
+    def __init__(self, address: str, after_s: float, deadline_s: float) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        self._conn, child = ctx.Pipe()
+        self._proc = ctx.Process(target=_legitimate_call, args=(child, address, after_s, deadline_s), daemon=True)
+        self._proc.start()
+        if not self._conn.poll(60) or self._conn.recv() != "ready":
+            self.close()
+            raise RuntimeError("the legitimate client's process did not start")
+
+    def go(self) -> None:
+        self._conn.send("go")
+
+    def result(self, timeout_s: float) -> tuple[str, float | None]:
+        if not self._conn.poll(timeout_s):
+            return "no answer", None
+        outcome, ms = self._conn.recv()
+        return str(outcome), float(ms)
+
+    def close(self) -> None:
+        self._proc.join(timeout=5)
+        if self._proc.is_alive():
+            self._proc.kill()
+            self._proc.join(timeout=5)
 
 
 async def register_clients(address: str, variables: int) -> None:

@@ -74,6 +74,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                         "software; latency and revenue per dropping strategy (about 1.5 min)")
     o.add_argument("--quick", action="store_true", help="shorter phases (about 45 s)")
     _write_args(o)
+    a = sub.add_parser("auth", help="datagram authentication off vs on (the secure defaults): router saturation, "
+                                    "CPU per event, per-hop latency (~3 min)")
+    a.add_argument("--quick", action="store_true", help="one repetition (~1 min)")
+    a.add_argument("--reps", type=int, default=0, help="repetitions (default 3, quick 1)")
+    _write_args(a)
     k = sub.add_parser("telemetry", help="telemetry export on vs off: router throughput and CPU per event; Kafka "
                                          "ingest rate through one exporter (starts a local Kafka; ~3 min)")
     k.add_argument("--quick", action="store_true", help="one repetition, default sampling only (~1 min)")
@@ -143,6 +148,16 @@ def run(args: argparse.Namespace) -> int:
         print(body)
         if target is not None:
             report.write_section(target, "modes", body)
+            _log(f"wrote {target}")
+        return 0
+    if args.bench == "auth":
+        from gridstat.bench import auth
+
+        res = auth.run_auth_bench(quick=args.quick, reps=args.reps or (1 if args.quick else 3), log=_log)
+        body = auth.auth_report(res, facts)
+        print(body)
+        if target is not None:
+            report.write_section(target, "auth", body)
             _log(f"wrote {target}")
         return 0
     if args.bench == "telemetry":

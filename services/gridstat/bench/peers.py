@@ -115,6 +115,8 @@ def _publish(sock: socket.socket, sender: int, cmd: dict[str, Any], seq: int) ->
     pack_ts = _STAMP_TS.pack
     hpack = _HEADER_PACK
     magic, version, kind = wire.MAGIC, wire.WIRE_VERSION, wire.KIND_EVENTS
+    key = bytes.fromhex(str(cmd.get("key", "")))
+    tag, tag_len = wire.auth_tag, wire.AUTH_TAG_LEN
     sent_load = sent_ref = datagrams = errors = late = 0
     cpu0 = os.times()
     start = mono()
@@ -140,8 +142,13 @@ def _publish(sock: socket.socket, sender: int, cmd: dict[str, Any], seq: int) ->
                     time.sleep((slot - now) / 1e9)
             mid = pack_ts(mono(), ts_ms)
             seq = (seq + 1) & 0xFFFF_FFFF
-            data = b"".join((hpack(magic, version, kind, sender, seq, len(grp), 0, 0), mid[8:],
-                             mid.join(grp), mid[:8]))
+            if key:  # a keyed channel (docs/security.md): header with tag_len, HMAC over header and body
+                data = b"".join((hpack(magic, version, kind, sender, seq, len(grp), tag_len, 0), mid[8:],
+                                 mid.join(grp), mid[:8]))
+                data += tag(key, data)
+            else:
+                data = b"".join((hpack(magic, version, kind, sender, seq, len(grp), 0, 0), mid[8:],
+                                 mid.join(grp), mid[:8]))
             try:
                 sendto(data, dest)
             except OSError:
@@ -152,8 +159,10 @@ def _publish(sock: socket.socket, sender: int, cmd: dict[str, Any], seq: int) ->
         if tick % ref_every == 0:
             mid = pack_ts(mono(), ts_ms)
             seq = (seq + 1) & 0xFFFF_FFFF
-            data = b"".join((hpack(magic, version, kind, sender, seq, 1, 0, 0), mid[8:], ref_group[0],
-                             mid[:8]))
+            data = b"".join((hpack(magic, version, kind, sender, seq, 1, tag_len if key else 0, 0), mid[8:],
+                             ref_group[0], mid[:8]))
+            if key:
+                data += tag(key, data)
             try:
                 sendto(data, dest)
                 sent_ref += 1
@@ -221,6 +230,9 @@ def run_sub(args: argparse.Namespace) -> int:
     sock.setblocking(False)
     _reply({"ready": True, "port": sock.getsockname()[1]})
     buf = bytearray(65536)
+    view = memoryview(buf)
+    key = bytes.fromhex(args.key)
+    verify = wire.verify_datagram
     recv_into = sock.recv_into
     mono = time.monotonic_ns
     hunpack = wire.HEADER.unpack_from
@@ -259,6 +271,9 @@ def run_sub(args: argparse.Namespace) -> int:
                 _m, _v, kind, _s, _q, count, tag_len, _r = hunpack(buf, 0)
                 body = n - tag_len - hsize
                 if kind != wire.KIND_EVENTS or body != count * EVENT_SIZE:
+                    bad += 1
+                    continue
+                if key and not verify(key, view[:n]):  # what a keyed subscriber does (client.subscriber)
                     bad += 1
                     continue
                 if recording and n_dg % sample_every == 0:
@@ -321,6 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("role", choices=["pub", "sub"])
     p.add_argument("--sender-id", type=int, default=900_001)
     p.add_argument("--cpu", type=int, default=None)
+    p.add_argument("--key", default="", help="sub: hex channel key; verify every datagram's tag (pub: per command)")
     args = p.parse_args(argv)
     return run_pub(args) if args.role == "pub" else run_sub(args)
 

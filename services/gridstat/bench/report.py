@@ -107,6 +107,11 @@ def machine_facts() -> dict[str, str]:
     }
 
 
+def median_range(xs: Sequence[float], fmt: str) -> str:
+    """``median (min-max)`` of repeated runs, each formatted with ``fmt``."""
+    return f"{format(median(xs), fmt)} ({format(min(xs), fmt)}-{format(max(xs), fmt)})"
+
+
 def facts_md(facts: dict[str, str]) -> str:
     return (f"Run {facts['date']}: {facts['nproc']} CPUs ({facts['cpu']}), Linux {facts['kernel']}, Python "
             f"{facts['python']}, {facts['loop']}; net.core.rmem_max {facts['rmem_max']}; load average at start "

@@ -290,8 +290,10 @@ def start_routers(n: int, variant: str, timeout_s: float = 30.0,
     return out, how
 
 
-def configure_chains(routers: Sequence[RouterProc], sub_port: int, vars_per_chain: dict[int, int]) -> None:
-    """Chain N (1..len(routers)) routes block N*VAR_BLOCK through r1..rN to the subscriber."""
+def configure_chains(routers: Sequence[RouterProc], sub_port: int, vars_per_chain: dict[int, int],
+                     key: bytes = b"") -> None:
+    """Chain N (1..len(routers)) routes block N*VAR_BLOCK through r1..rN to the subscriber; with ``key``
+    every channel is keyed (datagram authentication, docs/security.md)."""
     n = len(routers)
     for k, r in enumerate(routers, start=1):
         assert r.stub is not None
@@ -309,6 +311,8 @@ def configure_chains(routers: Sequence[RouterProc], sub_port: int, vars_per_chai
         chans.append(pb.Channel(name="sub", peer_id=SUB_ID, kind=pb.CHANNEL_KIND_SUBSCRIBER,
                                 host="127.0.0.1", port=sub_port))
         for c in chans:
+            if key:
+                c.key = key
             r.stub.AddChannel(pb.AddChannelRequest(channel=c), timeout=5)
         routes = []
         for chain, nvars in vars_per_chain.items():
@@ -403,8 +407,10 @@ class Bench:
     """Owns the peer and router processes; ``close`` (always called) stops every one of them."""
 
     def __init__(self, *, variant: str, vars_per_chain: dict[int, int], log: Log,
-                 router_args: Sequence[str] = ()) -> None:
+                 router_args: Sequence[str] = (), key: bytes = b"") -> None:
         self.log = log
+        #: Channel key of every channel (publisher, routers, subscriber); b"" = unauthenticated.
+        self.key = key
         self.pub: _LineProc | None = None
         self.sub: _LineProc | None = None
         self.routers: list[RouterProc] = []
@@ -415,7 +421,9 @@ class Bench:
         if self.pinned:
             pin(os.getpid(), PEER_CPU)
         cpu_arg = ["--cpu", str(PEER_CPU)] if self.pinned else []
-        self.sub = _LineProc([sys.executable, "-m", "gridstat.bench.peers", "sub", *cpu_arg], "subscriber")
+        key_arg = ["--key", key.hex()] if key else []
+        self.sub = _LineProc([sys.executable, "-m", "gridstat.bench.peers", "sub", *cpu_arg, *key_arg],
+                             "subscriber")
         self.pub = _LineProc([sys.executable, "-m", "gridstat.bench.peers", "pub", "--sender-id", str(PUB_ID),
                               *cpu_arg], "publisher")
         self.sub_port = int(json.loads(self.sub.readline(20))["port"])
@@ -423,7 +431,7 @@ class Bench:
         chains = max(vars_per_chain) if vars_per_chain else 0
         if chains:
             self.routers, self.how = start_routers(chains, variant, extra_args=router_args)
-            configure_chains(self.routers, self.sub_port, vars_per_chain)
+            configure_chains(self.routers, self.sub_port, vars_per_chain, key)
             time.sleep(0.3)  # first pings and pongs: every router link is up before the first trial
 
     def close(self) -> None:
@@ -468,7 +476,8 @@ class Bench:
         self.sub.call({"cmd": "start", "record": record, "ref_var": peers.ref_var(base),
                        "sample_every": sample_every}, timeout=10)
         pub = self.pub.call({"host": "127.0.0.1", "port": dest, "rate": rate, "duration": duration, "pack": pack,
-                             "var_base": base, "ref_interval_ms": 50, "pacing": pacing}, timeout=duration * 2 + 10)
+                             "var_base": base, "ref_interval_ms": 50, "pacing": pacing, "key": self.key.hex()},
+                            timeout=duration * 2 + 10)
         sub = self.sub.call({"cmd": "stop", "quiet_s": 0.15, "max_wait_s": 2.0}, timeout=30)
         c1 = [r.cpu_s() for r in chain]
         p1, q1 = proc_cpu_s(self.pub.pid), proc_cpu_s(self.sub.pid)

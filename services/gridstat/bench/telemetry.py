@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from gridstat.bench import report
+from gridstat.bench.report import median_range as spread
 from gridstat.bench.router import PEER_CPU, Bench, Trial, find_saturation, pin, proc_cpu_s, wait_for_quiet
 from gridstat.telemetry import ExporterConfig, TelemetryExporter, records
 from gridstat.telemetry.localkafka import LocalKafka, free_port
@@ -213,10 +214,6 @@ def run_telemetry_bench(*, quick: bool, reps: int, kafka: str | None, log: Log) 
     return result
 
 
-def _spread(xs: list[float], fmt: str) -> str:
-    return f"{format(statistics.median(xs), fmt)} ({format(min(xs), fmt)}-{format(max(xs), fmt)})"
-
-
 def telemetry_report(res: dict[str, Any], facts: dict[str, str]) -> str:
     runs: dict[str, list[dict[str, Any]]] = res["runs"]
     off = runs["off"]
@@ -260,9 +257,9 @@ def telemetry_report(res: dict[str, Any], facts: dict[str, str]) -> str:
         tel = "-" if mode == "off" else f"{rs[-1]['records_sent']:.0f} / {rs[-1]['records_lost']:.0f}"
         cpu = statistics.median(r["sat_cpu_pct"] for r in rs)
         lines.append(
-            f"| {mode} | {_spread([r['idle_ms_per_s'] for r in rs], '.2f')} | "
-            f"{'' if mode == 'off' else f'{share:.2f} %'} | {_spread([float(r['sat']) for r in rs], ',.0f')} | "
-            f"{cpu:.0f} | {_spread([r['us_per_event'] for r in rs], '.3f')} | "
+            f"| {mode} | {spread([r['idle_ms_per_s'] for r in rs], '.2f')} | "
+            f"{'' if mode == 'off' else f'{share:.2f} %'} | {spread([float(r['sat']) for r in rs], ',.0f')} | "
+            f"{cpu:.0f} | {spread([r['us_per_event'] for r in rs], '.3f')} | "
             f"{sum(r['lost_before_router'] for r in rs):,} / {sum(r['lost_after_router'] for r in rs):,} "
             f"({100 * loss:.2f} % worst) | {statistics.median(r['kafka_ms_per_s'] for r in rs):.0f} | {tel} |")
         if mode != "off":

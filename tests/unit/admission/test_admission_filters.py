@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from gridstat.admission.filters import Constraint, Filter
+from gridstat.admission.filters import Constraint, Filter, Interval
 from gridstat.errors import ValidationError
 
 
@@ -73,3 +75,21 @@ def test_constraint_values_must_be_finite() -> None:
         Constraint("price", ">", float("inf"))
     with pytest.raises(ValidationError):
         Constraint("price", "~", 1.0)
+
+
+_ENDS = st.sampled_from([None, 0.0, 1.0, 2.0, 3.0])
+
+
+@given(_ENDS, st.booleans(), _ENDS, st.booleans(), _ENDS, st.booleans(), _ENDS, st.booleans())
+def test_overlaps_agrees_with_the_intersection_built_by_narrowing(lo1: float | None, c1: bool, hi1: float | None,
+                                                                  d1: bool, lo2: float | None, c2: bool,
+                                                                  hi2: float | None, d2: bool) -> None:
+    a, b = Interval(True, lo1, c1, hi1, d1), Interval(True, lo2, c2, hi2, d2)
+    if a.is_empty() or b.is_empty():
+        return
+    both = a
+    if b.lo is not None:
+        both = both.narrow(">=" if b.lo_closed else ">", b.lo)
+    if b.hi is not None:
+        both = both.narrow("<=" if b.hi_closed else "<", b.hi)
+    assert a.overlaps(b) == (not both.is_empty()) == b.overlaps(a)

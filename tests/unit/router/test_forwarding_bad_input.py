@@ -20,7 +20,7 @@ from gridstat.core.wire import DecodeError, DerivedValue, DropReason, Event
 from gridstat.errors import NotFound
 from gridstat.router.channels import ChannelKind, EventChannel
 from gridstat.router.forwarding import Forwarder
-from gridstat.router.tables import Route, RoutingTable, Variant
+from gridstat.router.tables import Route, RoutingTable, Variant, select_close, select_sparse
 
 NOW = 1_700_000_000_000 - 1_700_000_000_000 % 3_600_000  # aligned to every interval used
 PUB = 77
@@ -536,3 +536,37 @@ def test_sequence_wraps_at_2_32() -> None:
     sock = Sock()
     ch.flush(sock)
     assert wire.decode_datagram(sock.sent[0]).sequence == 0
+
+
+# -- the inlined loop against the reference walks ------------------------------------------------------
+# Forwarder.process inlines the rate filter's table walks; for random tables and event timestamps every
+# event reaches exactly the targets tables.select_close / select_sparse select, once each.
+
+REF_CHANNELS = ("s1", "s2", "s3", "s4")
+ref_routes = st.lists(st.tuples(st.integers(1, 6), st.sampled_from(REF_CHANNELS), st.integers(1, 12),
+                                st.integers(0, 3)), min_size=1, max_size=30)
+# Timestamps on and off the publication grid, in the past and a little in the future (within tolerance).
+ref_stamps = st.lists(st.tuples(st.integers(1, 6), st.integers(-2_000, 2_000)), min_size=1, max_size=60)
+
+
+@settings(max_examples=300)  # an off-by-one in the inlined walk shows at 1 timestamp in s: many examples
+@given(ref_routes, ref_stamps, st.sampled_from(list(Variant)))
+def test_the_forwarding_loop_sends_each_event_where_the_reference_walk_selects(
+        spec: list[tuple[int, str, int, int]], events: list[tuple[int, int]], variant: Variant) -> None:
+    rig = Rig(variant, channels=REF_CHANNELS)
+    for var, channel, multiple, priority in spec:
+        rig.route(var, channel, multiple * PUB_INTERVAL, priority=priority)
+    select = select_close if variant is Variant.CLOSE else select_sparse
+    expected: dict[int, list[bytes]] = {}
+    sent = []
+    for n, (var, offset) in enumerate(events):
+        e = ev(var, NOW + offset, value=float(n))  # the value makes each event distinct
+        sent.append(e)
+        entry = rig.table.active.get(var)
+        for target in (select(entry, NOW + offset) if entry is not None else []):
+            expected.setdefault(id(target), []).append(e)
+    for i in range(0, len(sent), 10):  # datagrams of up to 10 events, as publishers pack them
+        rig.fw.process(wire.encode_datagram(PUB, i + 1, sent[i:i + 10]), NOW)
+    got = {id(t): t.events for t in rig.targets.values() if t.events}
+    assert got == expected
+    rig.consistent()

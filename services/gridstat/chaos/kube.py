@@ -14,6 +14,7 @@ I/O and are unit-tested in ``tests/unit/chaos``.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -38,6 +39,10 @@ METRICS_PORT = 9102
 KUBECTL_TIMEOUT_S = 30.0
 #: Labels of every pod and Subscription a scenario creates (so a crashed run's leftovers can be found).
 PART_OF = "gridstat-chaos"
+#: Where the chart's pods mount their certificate, and where a client pod gets its own (docs/kubernetes.md,
+#: "Security"); the ``gridstat`` options that use it.
+TLS_DIR = "/etc/gridstat/tls"
+TLS_ARGS = ("--tls-ca", f"{TLS_DIR}/ca.crt", "--tls-cert", f"{TLS_DIR}/tls.crt", "--tls-key", f"{TLS_DIR}/tls.key")
 T = TypeVar("T")
 
 
@@ -69,8 +74,9 @@ class Names:
 
 
 def client_pod(name: str, namespace: str, args: Sequence[str], *, port: int | None = None,
-               image: str = IMAGE) -> dict[str, Any]:
-    """A pod of the project's image running ``gridstat ARGS`` as the chart's roles run (restricted)."""
+               image: str = IMAGE, tls_secret: str | None = None) -> dict[str, Any]:
+    """A pod of the project's image running ``gridstat ARGS`` as the chart's roles run (restricted); with
+    ``tls_secret`` (kubernetes.io/tls with ca.crt) its certificate is mounted and ``gridstat`` uses it."""
     container: dict[str, Any] = {
         "name": "client", "image": image, "imagePullPolicy": "IfNotPresent", "args": ["gridstat", *args],
         "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
@@ -80,7 +86,7 @@ def client_pod(name: str, namespace: str, args: Sequence[str], *, port: int | No
     }
     if port:
         container["ports"] = [{"name": "events", "containerPort": port, "protocol": "UDP"}]
-    return {
+    pod: dict[str, Any] = {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "namespace": namespace,
                      "labels": {"app.kubernetes.io/part-of": PART_OF, "gridstat.io/client": name}},
@@ -89,22 +95,36 @@ def client_pod(name: str, namespace: str, args: Sequence[str], *, port: int | No
                                      "seccompProfile": {"type": "RuntimeDefault"}},
                  "containers": [container]},
     }
+    if tls_secret:
+        if len(args) > 0:
+            container["args"] = [*container["args"], *TLS_ARGS]
+        container["volumeMounts"] = [{"name": "tls", "mountPath": TLS_DIR, "readOnly": True}]
+        pod["spec"]["volumes"] = [{"name": "tls", "secret": {"secretName": tls_secret, "defaultMode": 0o440}}]
+        pod["spec"]["securityContext"]["fsGroup"] = 10001
+    return pod
 
 
-def publisher_pod(names: Names, namespace: str, edge_address: str, interval_ms: int) -> dict[str, Any]:
+def publisher_pod(names: Names, namespace: str, edge_address: str, interval_ms: int,
+                  tls_secret: str | None = None) -> dict[str, Any]:
     """``gridstat publish`` of both variables of ``names`` at ``edge_address`` (the edge's control port)."""
     return client_pod(names.publisher, namespace, [
         "publish", "--name", names.publisher, "--edge", edge_address, "--variable", names.variable,
-        "--variable", names.extra_variable, "--type", "float", "--interval-ms", str(interval_ms), "-o", "json"])
+        "--variable", names.extra_variable, "--type", "float", "--interval-ms", str(interval_ms), "-o", "json"],
+        tls_secret=tls_secret)
 
 
 def subscriber_pod(names: Names, namespace: str, edge_address: str, interval_ms: int,
-                   port: int = 9000) -> dict[str, Any]:
+                   port: int = 9000, tls_secret: str | None = None) -> dict[str, Any]:
     """``gridstat subscribe`` (registered only: the operator admits its Subscriptions), both variables."""
     return client_pod(names.subscriber, namespace, [
         "subscribe", "--name", names.subscriber, "--edge", edge_address, "--variable", names.full_variable,
         "--variable", names.full_extra_variable, "--interval-ms", str(interval_ms), "--listen-host", "0.0.0.0",
-        "--port", str(port), "--stats-every-s", "0.5", "-o", "json"], port=port)
+        "--port", str(port), "--stats-every-s", "0.5", "-o", "json"], port=port, tls_secret=tls_secret)
+
+
+def client_secret_name(client: str) -> str:
+    """The Secret holding a client pod's certificate (``KubeTarget.client_certificate``)."""
+    return f"gridstat-client-{client}"
 
 
 def subscription(name: str, namespace: str, variable: str, *, subscriber: str, edge: str, cloud: str,
@@ -415,6 +435,7 @@ class KubeTarget:
     kubectl: Kubectl
     release: str
     _routers: dict[str, RouterPod] = field(default_factory=dict)
+    _tls: bool | None = None
 
     @property
     def namespace(self) -> str:
@@ -449,10 +470,47 @@ class KubeTarget:
     def broker_pod(self, cloud: str) -> str:
         return f"{self.fullname}-broker-{cloud.lower()}-0"
 
+    def tls(self) -> bool:
+        """Whether the release runs with mTLS (the chart's default): its broker pods mount a certificate."""
+        if self._tls is None:
+            pods = self.kubectl.items("pods", *self.selector("broker"))
+            self._tls = any(m.get("mountPath") == TLS_DIR for p in pods for c in p["spec"]["containers"]
+                            for m in c.get("volumeMounts") or ())
+        return self._tls
+
+    def client_certificate(self, client: str) -> str | None:
+        """With mTLS: a certificate for ``client`` (its name: the broker binds its calls to it) issued from
+        the CA the chart generated (Secret ``<release>-gridstat-ca``), kept in Secret
+        ``gridstat-client-<client>``; its name. None without mTLS. A release on certificates of the
+        user's own (``tls.secrets``, ``tls.secretName``) has no CA key here: ChaosError saying so."""
+        if not self.tls():
+            return None
+        secret = client_secret_name(client)
+        if self.kubectl.get("secret", secret) is not None:
+            return secret
+        ca = self.kubectl.get("secret", f"{self.fullname}-ca")
+        data = (ca or {}).get("data") or {}
+        if "tls.key" not in data:
+            raise ChaosError(f"release {self.release} runs mTLS but Secret {self.fullname}-ca with the CA's key is "
+                             f"not there (certificates of your own?): create Secret {secret} (kubernetes.io/tls "
+                             f"with ca.crt) for client {client!r}, then run again")
+        from gridstat.core import certs
+
+        ca_crt, ca_key = (base64.b64decode(data[k]) for k in ("tls.crt", "tls.key"))
+        crt, key = certs.issue_pem(ca_crt, ca_key, client)
+        self.kubectl.apply({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+                            "metadata": {"name": secret, "namespace": self.namespace,
+                                         "labels": {"app.kubernetes.io/part-of": PART_OF}},
+                            "data": {k: base64.b64encode(v).decode()
+                                     for k, v in (("tls.crt", crt), ("tls.key", key), ("ca.crt", ca_crt))}})
+        return secret
+
     def gridstat(self, cloud: str, *args: str) -> Any:
-        """``gridstat ARGS -o json`` in the cloud's broker pod against its own broker; None if it fails."""
+        """``gridstat ARGS -o json`` in the cloud's broker pod against its own broker (with the broker's own
+        certificate under mTLS); None if it fails."""
+        tls = TLS_ARGS if self.tls() else ()
         proc = self.kubectl.exec(self.broker_pod(cloud), "broker", "gridstat", *args, "--broker",
-                                 f"127.0.0.1:{BROKER_PORT}", "-o", "json", check=False)
+                                 f"127.0.0.1:{BROKER_PORT}", *tls, "-o", "json", check=False)
         if proc.returncode != 0:
             return None
         try:

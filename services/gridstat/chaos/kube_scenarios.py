@@ -115,8 +115,10 @@ def flow(target: KubeTarget, out: Outcome, names: Names | None = None) -> Iterat
     _cleanup(target, names, wait=True)  # leftovers of a run that was killed
     cloud = target.router(PUBLISHER_EDGE).cloud
     try:
-        k.apply(publisher_pod(names, target.namespace, target.control_address(PUBLISHER_EDGE), INTERVAL_MS),
-                subscriber_pod(names, target.namespace, target.control_address(SUBSCRIBER_EDGE), INTERVAL_MS))
+        k.apply(publisher_pod(names, target.namespace, target.control_address(PUBLISHER_EDGE), INTERVAL_MS,
+                              tls_secret=target.client_certificate(names.publisher)),
+                subscriber_pod(names, target.namespace, target.control_address(SUBSCRIBER_EDGE), INTERVAL_MS,
+                               tls_secret=target.client_certificate(names.subscriber)))
         for pod in (names.publisher, names.subscriber):
             wait_until(f"{pod} Ready", lambda p=pod: pod_ready(target.pod(p)), START_S)  # type: ignore[misc]
             wait_until(f"{pod} registered", lambda p=pod: "READY" in k.logs(p), START_S)  # type: ignore[misc]

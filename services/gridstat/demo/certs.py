@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import fcntl
-import ipaddress
 import os
 import re
 from collections.abc import Iterable, Iterator
@@ -27,8 +26,9 @@ from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from cryptography.x509.oid import NameOID
 
+from gridstat.core import certs as core_certs
 from gridstat.demo.localtls import CertDir
 from gridstat.errors import ValidationError
 
@@ -165,7 +165,7 @@ def _make_ca(certs: CertDir, days: int, now: dt.datetime) -> tuple[x509.Certific
                                          crl_sign=True, encipher_only=False, decipher_only=False), critical=True)
             .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
             .sign(key, hashes.SHA256()))
-    _write_private(certs.ca_key, _key_pem(key))
+    _write_private(certs.ca_key, core_certs.key_pem(key))
     _write_private(certs.ca, cert.public_bytes(serialization.Encoding.PEM))
     return cert, key
 
@@ -187,31 +187,10 @@ def _leaf_ok(certs: CertDir, name: str, ca: x509.Certificate, now: dt.datetime) 
 
 def _make_leaf(certs: CertDir, name: str, ca: tuple[x509.Certificate, ec.EllipticCurvePrivateKey], days: int,
                now: dt.datetime) -> None:
-    ca_cert, ca_key = ca
-    key = ec.generate_private_key(ec.SECP256R1())
-    sans = [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.IPAddress(ipaddress.ip_address("::1")),
-            x509.DNSName("localhost"), x509.DNSName(name)]
-    not_after = min(now + dt.timedelta(days=days), ca_cert.not_valid_after_utc)
-    cert = (x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
-            .issuer_name(ca_cert.subject).public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(not_after)
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False, key_encipherment=True,
-                                         data_encipherment=False, key_agreement=False, key_cert_sign=False,
-                                         crl_sign=False, encipher_only=False, decipher_only=False), critical=True)
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
-                           critical=False)
-            .add_extension(x509.SubjectAlternativeName(sans), critical=False)
-            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
-            .sign(ca_key, hashes.SHA256()))
+    cert, key = core_certs.build_leaf(ca[0], ca[1], name, days=days, now=now)
     # Key first, then certificate, each by rename: a server rotating its files never sees half a pair
     # it would use (core.tls checks that they belong together).
-    _write_private(certs.key(name), _key_pem(key))
+    _write_private(certs.key(name), core_certs.key_pem(key))
     _write_private(certs.cert(name), cert.public_bytes(serialization.Encoding.PEM))
 
 
-def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                             serialization.NoEncryption())

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import base64
 import json
-import subprocess
-import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,45 +19,7 @@ BROKER_PORT = 7700
 API = kube.API
 #: The label value of this suite's client pods.
 CLIENTS = "gridstat-tests"
-#: Where a client pod mounts its certificate (and where every role pod mounts its own).
-TLS_DIR = "/etc/gridstat/tls"
-TLS_ARGS = ("--tls-ca", f"{TLS_DIR}/ca.crt", "--tls-cert", f"{TLS_DIR}/tls.crt", "--tls-key", f"{TLS_DIR}/tls.key")
-
-
-def issue_client_certificate(ca_crt: bytes, ca_key: bytes, name: str) -> tuple[bytes, bytes]:
-    """A client certificate named ``name`` (CN and DNS SAN: the identity the broker binds its calls to)
-    signed by the release's CA, with openssl as docs/kubernetes.md ("Client certificates") shows.
-    Returns (certificate PEM, key PEM)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        d = Path(tmp)
-        (d / "ca.crt").write_bytes(ca_crt)
-        (d / "ca.key").write_bytes(ca_key)
-        (d / "ext").write_text(f"subjectAltName=DNS:{name}\nextendedKeyUsage=clientAuth\n")
-
-        def openssl(*args: str) -> None:
-            subprocess.run(["openssl", *args], cwd=d, check=True, capture_output=True)
-
-        openssl("req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-                "-keyout", "tls.key", "-subj", f"/CN={name}", "-out", "tls.csr")
-        openssl("x509", "-req", "-in", "tls.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
-                "-days", "30", "-extfile", "ext", "-out", "tls.crt")
-        return (d / "tls.crt").read_bytes(), (d / "tls.key").read_bytes()
-
-
-def client_secret_name(name: str) -> str:
-    return f"gridstat-client-{name}"
-
-
-def with_client_tls(pod: dict[str, Any], name: str) -> dict[str, Any]:
-    """A client pod (chaos.kube.client_pod) given the certificate of Secret ``gridstat-client-NAME``."""
-    container = pod["spec"]["containers"][0]
-    if container["args"][:1] == ["gridstat"] and len(container["args"]) > 1:
-        container["args"] = [*container["args"], *TLS_ARGS]
-    container.setdefault("volumeMounts", []).append({"name": "tls", "mountPath": TLS_DIR, "readOnly": True})
-    pod["spec"].setdefault("volumes", []).append(
-        {"name": "tls", "secret": {"secretName": client_secret_name(name), "defaultMode": 0o440}})
-    pod["spec"]["securityContext"]["fsGroup"] = 10001
-    return pod
+TLS_ARGS = kube.TLS_ARGS
 
 
 @dataclass
@@ -69,30 +28,17 @@ class Release:
     name: str
     namespace: str
     values: Path
-    _issued: set[tuple[str, str]] = field(default_factory=set)
 
-    @property
-    def ca_secret(self) -> str:
-        """The CA the chart generated on install (docs/kubernetes.md, "Security")."""
-        return f"{self.fullname}-ca"
-
-    def client_certificate(self, name: str, namespace: str | None = None) -> str:
-        """Secret ``gridstat-client-NAME`` (kubernetes.io/tls: tls.crt, tls.key, ca.crt) in the namespace, with
-        a certificate for client NAME issued from the release's CA Secret (read with kubectl)."""
-        ns = namespace or self.namespace
-        secret = client_secret_name(name)
-        if (ns, name) in self._issued:
-            return secret
-        ca = json.loads(self.node.kubectl("get", "secret", self.ca_secret, "-n", self.namespace, "-o", "json").stdout)
-        ca_crt, ca_key = (base64.b64decode(ca["data"][k]) for k in ("tls.crt", "tls.key"))
-        crt, key = issue_client_certificate(ca_crt, ca_key, name)
-        self.node.apply({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
-                         "metadata": {"name": secret, "namespace": ns,
-                                      "labels": {"app.kubernetes.io/part-of": CLIENTS}},
-                         "data": {"tls.crt": base64.b64encode(crt).decode(), "tls.key": base64.b64encode(key).decode(),
-                                  "ca.crt": base64.b64encode(ca_crt).decode()}})
-        self._issued.add((ns, name))
+    def client_certificate(self, name: str) -> str:
+        """Secret ``gridstat-client-NAME`` with a certificate for client NAME from the release's CA (the
+        product's own ``chaos.kube.KubeTarget.client_certificate``)."""
+        secret = self.target().client_certificate(name)
+        assert secret is not None, "the release runs without mTLS"
         return secret
+
+    def target(self) -> kube.KubeTarget:
+        return kube.KubeTarget(kube.Kubectl(self.namespace, kubeconfig=str(self.node.kubeconfig), env=self.node.env),
+                               self.name)
 
     @property
     def fullname(self) -> str:
@@ -135,10 +81,10 @@ class Release:
 
     def client(self, name: str, args: list[str], *, port: int | None = None) -> dict[str, Any]:
         """A client pod (chaos.kube.client_pod) labelled as this suite's, apart from the chaos scenarios' own."""
-        pod: dict[str, Any] = kube.client_pod(name, self.namespace, args, port=port)
+        pod: dict[str, Any] = kube.client_pod(name, self.namespace, args, port=port,
+                                              tls_secret=self.client_certificate(name))
         pod["metadata"]["labels"]["app.kubernetes.io/part-of"] = CLIENTS
-        self.client_certificate(name)
-        return with_client_tls(pod, name)
+        return pod
 
     def publisher(self, name: str, edge: str, variables: tuple[str, ...], interval_ms: int) -> dict[str, Any]:
         return self.client(name, ["publish", "--name", name, "--edge", f"{self.router_host(edge)}:{CONTROL_PORT}",

@@ -172,6 +172,16 @@ def test_the_charts_router_command_starts_router_n_from_its_configmap(docker_hos
     routers.mkdir()
     for key, value in cm["data"].items():
         (routers / key).write_text(value)
+    # The chart's default is mTLS (docs/kubernetes.md, "Security"): the pod mounts its role's certificate.
+    from gridstat.demo import certs
+
+    pki = tmp_path / "pki"
+    certs.ensure(pki, ["gridstat-router"])
+    tls = tmp_path / "tls"
+    tls.mkdir()
+    for src, dst in (("gridstat-router.pem", "tls.crt"), ("gridstat-router.key", "tls.key"), ("ca.pem", "ca.crt")):
+        (tls / dst).write_bytes((pki / src).read_bytes())
+        os.chmod(tls / dst, 0o644)  # the image's user (10001) reads them, as the Secret's mode lets it
     os.chmod(tmp_path, 0o755)
     command = [a.replace("$$", "$") for a in container["command"] + container["args"]]
     c = (DockerContainer(IMAGE).with_name(f"gridstat-test-router-n-{os.getpid()}")
@@ -179,6 +189,7 @@ def test_the_charts_router_command_starts_router_n_from_its_configmap(docker_hos
                       entrypoint=command[0])
          .with_tmpfs_mount("/tmp")
          .with_volume_mapping(str(routers), "/etc/gridstat/routers", "ro")
+         .with_volume_mapping(str(tls), "/etc/gridstat/tls", "ro")
          .with_command(command[1:]))
     c.start()
     try:

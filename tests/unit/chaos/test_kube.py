@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 
 from gridstat.chaos.kube import (
+    TLS_ARGS,
+    TLS_DIR,
     Names,
     channel_up_samples,
     choose_victim,
@@ -59,6 +61,43 @@ def test_client_manifests_are_restricted_pods_and_a_k2_subscription() -> None:
                      interval_ms=20, latency_ms=50, redundancy=2)
     assert s["metadata"]["name"] == "chaos-ems-freq" and s["spec"]["qos"]["redundancy"] == 2
     assert s["spec"]["variables"] == ["chaos-pmu/freq"]
+
+
+def test_client_pods_of_a_secure_release_present_their_certificate() -> None:
+    n = Names()
+    pub = publisher_pod(n, "ns", "e1.svc:7801", 20, tls_secret="gridstat-client-chaos-pmu")
+    c = pub["spec"]["containers"][0]
+    assert c["args"][-6:] == list(TLS_ARGS) and c["volumeMounts"] == [
+        {"name": "tls", "mountPath": TLS_DIR, "readOnly": True}]
+    assert pub["spec"]["volumes"][0]["secret"]["secretName"] == "gridstat-client-chaos-pmu"
+    assert pub["spec"]["securityContext"]["fsGroup"] == 10001  # the key is readable by the non-root user
+    plain = publisher_pod(n, "ns", "e1.svc:7801", 20)
+    assert "--tls-cert" not in plain["spec"]["containers"][0]["args"] and "volumes" not in plain["spec"]
+
+
+def test_a_client_certificate_from_the_releases_ca_names_the_client() -> None:
+    import datetime as dt
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+    from cryptography.x509.oid import NameOID
+
+    from gridstat.core import certs
+
+    # An RSA CA, as Helm's genCA makes.
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "gridstat-ca")])
+    now = dt.datetime.now(dt.UTC)
+    ca = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+          .serial_number(1).not_valid_before(now).not_valid_after(now + dt.timedelta(days=10))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True).sign(key, hashes.SHA256()))
+    crt, _ = certs.issue_pem(ca.public_bytes(serialization.Encoding.PEM), key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()), "chaos-ems")
+    leaf = x509.load_pem_x509_certificate(crt)
+    leaf.verify_directly_issued_by(ca)
+    assert leaf.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == "chaos-ems"
+    assert leaf.not_valid_after_utc <= ca.not_valid_after_utc
 
 
 PATHS = {"status": {"paths": [

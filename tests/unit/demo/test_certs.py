@@ -16,6 +16,7 @@ from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from gridstat.cli import common
+from gridstat.core import certs as core_certs
 from gridstat.demo import certs, localtls
 from gridstat.errors import ValidationError
 
@@ -73,7 +74,7 @@ def test_a_second_start_reuses_and_renews_only_what_is_missing_expiring_or_forei
     assert {p.name: p.read_bytes() for p in d.glob("*.pem") if p.name in pems} == pems
     # missing, or not parsing, or not belonging to its key: made again
     first.certs.cert("broker").unlink()
-    first.certs.key("router").write_bytes(certs._key_pem(certs.ec.generate_private_key(certs.ec.SECP256R1())))
+    first.certs.key("router").write_bytes(core_certs.key_pem(certs.ec.generate_private_key(certs.ec.SECP256R1())))
     first.certs.cert("pmu1").write_text("half a file")
     assert sorted(certs.ensure(d, ["broker", "router", "pmu1", "ems"]).created) == ["broker", "pmu1", "router"]
     # a certificate of another CA: made again

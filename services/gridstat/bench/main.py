@@ -101,6 +101,17 @@ def _target(args: argparse.Namespace) -> Path | None:
     return None if args.quick else Path(DEFAULT_DOC)
 
 
+def _publish(body: str, target: Path | None, section: str) -> int:
+    """Print a benchmark's Markdown section and write it into ``target`` (docs/benchmarks.md) if given."""
+    from gridstat.bench import report
+
+    print(body)
+    if target is not None:
+        report.write_section(target, section, body)
+        _log(f"wrote {target}")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     from gridstat.bench import report
 
@@ -115,11 +126,7 @@ def run(args: argparse.Namespace) -> int:
         t0 = time.monotonic()
         results = run_tables(quick=args.quick, reps=reps, log=_log)
         body = report.tables_report(results, facts, reps, time.monotonic() - t0)
-        print(body)
-        if target is not None:
-            report.write_section(target, "tables", body)
-            _log(f"wrote {target}")
-        return 0
+        return _publish(body, target, "tables")
     if args.bench == "broker":
         from gridstat.bench import broker
 
@@ -128,11 +135,7 @@ def run(args: argparse.Namespace) -> int:
         dec, inst = broker.run_broker_bench(routers=routers, subs=subs, farms=args.farms,
                                             concurrency=args.concurrency, install=not args.decisions_only, log=_log)
         body = broker.report(dec, inst, routers=routers, subs=subs, concurrency=args.concurrency, facts=facts)
-        print(body)
-        if target is not None:
-            report.write_section(target, "broker", body)
-            _log(f"wrote {target}")
-        return 0
+        return _publish(body, target, "broker")
     if args.bench == "modes":
         from gridstat.bench import modes
 
@@ -145,43 +148,27 @@ def run(args: argparse.Namespace) -> int:
             _log(f"modes: parent + two clouds, {subs} subscriptions ...")
             two = modes.bench_hierarchy(subs, switches, _log)
         body = modes.report(one, two, subs=subs, switches=switches, facts=facts)
-        print(body)
-        if target is not None:
-            report.write_section(target, "modes", body)
-            _log(f"wrote {target}")
-        return 0
+        return _publish(body, target, "modes")
     if args.bench == "auth":
         from gridstat.bench import auth
 
         res = auth.run_auth_bench(quick=args.quick, reps=args.reps or (1 if args.quick else 3), log=_log)
         body = auth.auth_report(res, facts)
-        print(body)
-        if target is not None:
-            report.write_section(target, "auth", body)
-            _log(f"wrote {target}")
-        return 0
+        return _publish(body, target, "auth")
     if args.bench == "telemetry":
         from gridstat.bench import telemetry
 
         res = telemetry.run_telemetry_bench(quick=args.quick, reps=args.reps or (1 if args.quick else 3),
                                             kafka=args.kafka, log=_log)
         body = telemetry.telemetry_report(res, facts)
-        print(body)
-        if target is not None:
-            report.write_section(target, "telemetry", body)
-            _log(f"wrote {target}")
-        return 0
+        return _publish(body, target, "telemetry")
     if args.bench == "overload":
         from gridstat.bench import overload
 
         t0 = time.monotonic()
         runs = overload.run_overload(quick=args.quick, log=_log)
         body = overload.report(runs, report.facts_md(facts), time.monotonic() - t0)
-        print(body)
-        if target is not None:
-            report.write_section(target, "overload", body)
-            _log(f"wrote {target}")
-        return 0
+        return _publish(body, target, "overload")
     if args.bench == "shapes":
         from gridstat.bench import shapes
 
@@ -194,10 +181,7 @@ def run(args: argparse.Namespace) -> int:
             cond_rates=rates(args.cond_rates, shapes.QUICK_COND_RATES if args.quick else shapes.COND_RATES),
             duration=args.duration or (1.5 if args.quick else 3.0), only=args.only,
             facts_line=report.facts_md(facts), log=_log)
-        print(body)
-        if target is not None:
-            report.write_section(target, "shapes", body)
-            _log(f"wrote {target}")
+        _publish(body, target, "shapes")
         if not cond_ok:
             _log("condensation experiment did not run: see its section")
         return 0 if cond_ok else 1
@@ -207,10 +191,7 @@ def run(args: argparse.Namespace) -> int:
     res = run_router_bench(quick=args.quick, reps=reps, variant=args.variant, hop_load=args.hop_load,
                            max_hops=args.max_hops, log=_log, busy_poll_us=args.busy_poll_us)
     body, figures = report.router_report(res, facts)
-    print(body)
-    if target is not None:
-        report.write_section(target, "router", body)
-        _log(f"wrote {target}")
+    _publish(body, target, "router")
     # Targets are reported, not enforced: the exit status says the benchmark ran, not that it passed.
     _log("targets: " + ", ".join(f"{k} {'PASS' if v else 'FAIL'}" for k, v in figures["pass"].items()))
     return 0

@@ -481,13 +481,12 @@ class KubeTarget:
     def client_certificate(self, client: str) -> str | None:
         """With mTLS: a certificate for ``client`` (its name: the broker binds its calls to it) issued from
         the CA the chart generated (Secret ``<release>-gridstat-ca``), kept in Secret
-        ``gridstat-client-<client>``; its name. None without mTLS. A release on certificates of the
-        user's own (``tls.secrets``, ``tls.secretName``) has no CA key here: ChaosError saying so."""
+        ``gridstat-client-<client>`` (issued again on every run); its name. None without mTLS. A release
+        on certificates of the user's own (``tls.secrets``, ``tls.secretName``) has no CA key here:
+        ChaosError saying so."""
         if not self.tls():
             return None
         secret = client_secret_name(client)
-        if self.kubectl.get("secret", secret) is not None:
-            return secret
         ca = self.kubectl.get("secret", f"{self.fullname}-ca")
         data = (ca or {}).get("data") or {}
         if "tls.key" not in data:

@@ -53,9 +53,20 @@ def build_leaf(ca_cert: x509.Certificate, ca_key: CertificateIssuerPrivateKeyTyp
             .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
                            critical=False)
             .add_extension(x509.SubjectAlternativeName(alt), critical=False)
-            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+            .add_extension(_authority_key_id(ca_cert, ca_key), critical=False)
             .sign(ca_key, hashes.SHA256()))
     return cert, key
+
+
+def _authority_key_id(ca_cert: x509.Certificate,
+                      ca_key: CertificateIssuerPrivateKeyTypes) -> x509.AuthorityKeyIdentifier:
+    """The CA's own subject key identifier when it has one: verifiers match the two byte for byte, and
+    CAs compute it differently (Helm's genCA, built with Go, takes SHA-256; RFC 5280's method 1 SHA-1)."""
+    try:
+        ski = ca_cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
+    except x509.ExtensionNotFound:
+        return x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key())
+    return x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ski)
 
 
 def key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:

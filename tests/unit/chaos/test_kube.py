@@ -85,19 +85,24 @@ def test_a_client_certificate_from_the_releases_ca_names_the_client() -> None:
 
     from gridstat.core import certs
 
-    # An RSA CA, as Helm's genCA makes.
+    # An RSA CA, as Helm's genCA makes, whose subject key identifier is not RFC 5280's SHA-1 (Go's is
+    # truncated SHA-256): the leaf's authority key identifier must repeat it, or verifiers find no issuer.
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "gridstat-ca")])
     now = dt.datetime.now(dt.UTC)
+    ski = x509.SubjectKeyIdentifier(bytes(range(20)))
     ca = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
           .serial_number(1).not_valid_before(now).not_valid_after(now + dt.timedelta(days=10))
-          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True).sign(key, hashes.SHA256()))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+          .add_extension(ski, critical=False).sign(key, hashes.SHA256()))
     crt, _ = certs.issue_pem(ca.public_bytes(serialization.Encoding.PEM), key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()), "chaos-ems")
     leaf = x509.load_pem_x509_certificate(crt)
     leaf.verify_directly_issued_by(ca)
     assert leaf.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == "chaos-ems"
     assert leaf.not_valid_after_utc <= ca.not_valid_after_utc
+    aki = leaf.extensions.get_extension_for_class(x509.AuthorityKeyIdentifier).value
+    assert aki.key_identifier == ski.digest
 
 
 PATHS = {"status": {"paths": [

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import grpc
 
@@ -80,3 +81,10 @@ def wait_for(predicate: object, timeout_s: float = 10.0, step_s: float = 0.05) -
 
 
 __all__ = ["BrokerProc", "RouterProc", "add_link", "add_router", "start_broker", "start_router", "wait_for"]
+
+
+def tls_args(certs: Path, role: str) -> tuple[str, ...]:
+    """A server's mTLS options with the certificate of ``role`` (scripts/gen-certs.sh names: ROLE.pem,
+    ROLE.key, ca.pem): TLS only, client certificates from that CA required."""
+    return ("--tls-cert", str(certs / f"{role}.pem"), "--tls-key", str(certs / f"{role}.key"),
+            "--tls-client-ca", str(certs / "ca.pem"))

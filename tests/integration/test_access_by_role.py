@@ -17,17 +17,14 @@ from gridstat.core import access
 from gridstat.core.tls import TlsFiles
 from gridstat.v1 import admission_pb2, broker_pb2, edge_pb2, router_pb2
 
+from .brokerprocs import tls_args
+
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 #: Certificate identity -> the role it has by default.
 CALLERS = {"admin": access.ADMIN, "broker": access.BROKER, "router": access.ROUTER, "observer": access.OBSERVER,
            "pmu1": access.CLIENT}
 MARK = "Control by role"
-
-
-def tls_args(certs: Path, role: str) -> tuple[str, ...]:
-    return ("--tls-cert", str(certs / f"{role}.pem"), "--tls-key", str(certs / f"{role}.key"),
-            "--tls-client-ca", str(certs / "ca.pem"))
 
 
 def methods(module: object, service: str) -> list[tuple[str, bool]]:

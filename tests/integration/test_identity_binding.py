@@ -21,6 +21,8 @@ from gridstat.errors import GridStatError
 from gridstat.v1 import broker_pb2 as bpb
 from gridstat.v1 import broker_pb2_grpc as bpb_grpc
 
+from .brokerprocs import tls_args
+
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,11 +40,6 @@ subscribe:
   - clients: [rogue]
     variables: ["rogue/*"]
 """
-
-
-def tls_args(certs: Path, role: str) -> tuple[str, ...]:
-    return ("--tls-cert", str(certs / f"{role}.pem"), "--tls-key", str(certs / f"{role}.key"),
-            "--tls-client-ca", str(certs / "ca.pem"))
 
 
 def client_tls(certs: Path, name: str) -> TlsFiles:

@@ -24,14 +24,11 @@ from gridstat.v1 import broker_pb2_grpc as bpb_grpc
 from gridstat.v1 import router_pb2 as rpb
 from gridstat.v1 import router_pb2_grpc as rpb_grpc
 
+from .brokerprocs import tls_args
+
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def tls_args(certs: Path, role: str) -> tuple[str, ...]:
-    return ("--tls-cert", str(certs / f"{role}.pem"), "--tls-key", str(certs / f"{role}.key"),
-            "--tls-client-ca", str(certs / "ca.pem"))
 
 
 def server_cert_der(port: int, certs: Path) -> bytes:

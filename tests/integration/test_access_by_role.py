@@ -109,3 +109,35 @@ def test_each_method_with_each_role(servers: tuple[Path, dict[str, str]], server
                     allowed += 1
     assert not wrong, "\n".join(wrong)
     assert denied and allowed
+
+
+def test_a_router_with_broker_identity_takes_changes_from_its_own_leaf_broker_only(tmp_path: Path) -> None:
+    """``--broker-identity``: two clouds' brokers both have the broker role, but a router of cloud a
+    takes control calls from a's broker only; administrators still read it."""
+    certs = tmp_path / "certs"
+    subprocess.run([str(ROOT / "scripts/gen-certs.sh"), str(certs), "router", "admin", "broker-a", "broker-b"],
+                   check=True, capture_output=True)
+    ca = str(certs / "ca.pem")
+    admin = TlsFiles(str(certs / "admin.pem"), str(certs / "admin.key"), ca)
+    router = Router("i1", router_id=2, role="internal", tls=admin,
+                    extra=(*tls_args(certs, "router"), "--broker-identity", "broker-a")).start()
+    try:
+        changes = [m for m, _ in methods(router_pb2, "RouterControl") if access.RULES[m] == {access.BROKER}]
+        reads = [(m, s) for m, s in methods(router_pb2, "RouterControl") if access.ADMIN in access.RULES[m]]
+        assert changes and reads
+        outcome: dict[str, dict[str, tuple[grpc.StatusCode, str]]] = {}
+        for identity in ("broker-a", "broker-b", "admin"):
+            creds = TlsFiles(str(certs / f"{identity}.pem"), str(certs / f"{identity}.key"), ca).channel_credentials()
+            with grpc.secure_channel(f"127.0.0.1:{router.control_port}", creds) as channel:
+                outcome[identity] = {m: call(channel, m, False) for m in changes}
+                outcome[identity].update({m: call(channel, m, s) for m, s in reads})
+        for m in changes:
+            code, details = outcome["broker-b"][m]
+            assert code is grpc.StatusCode.PERMISSION_DENIED and "'broker-b'" in details, (m, code, details)
+            assert "client" in details, details  # on this router broker-b holds no role at all
+            assert outcome["broker-a"][m][0] is not grpc.StatusCode.PERMISSION_DENIED, (m, outcome["broker-a"][m])
+            assert outcome["admin"][m][0] is grpc.StatusCode.PERMISSION_DENIED, m
+        for m, _ in reads:
+            assert outcome["admin"][m][0] is not grpc.StatusCode.PERMISSION_DENIED, (m, outcome["admin"][m])
+    finally:
+        router.stop()

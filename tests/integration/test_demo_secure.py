@@ -112,7 +112,7 @@ async def test_up_defaults_to_mtls_and_datagram_auth_and_the_cli_works_against_i
         # (a) certificates: one per role identity and per client, private
         assert stat.S_IMODE(certs_dir.stat().st_mode) == 0o700
         files = {p.name: stat.S_IMODE(p.stat().st_mode) for p in certs_dir.iterdir() if p.name != ".lock"}
-        for name in (*democerts.ROLE_IDENTITIES, "pmu-a1", "ems-a-freq", "hist-b-vmag"):
+        for name in (*democerts.ROLE_IDENTITIES, "broker-A", "broker-B", "pmu-a1", "ems-a-freq", "hist-b-vmag"):
             assert f"{name}.pem" in files and f"{name}.key" in files, sorted(files)
         assert "ca.pem" in files and "ca.key" in files
         assert set(files.values()) == {0o600}, files

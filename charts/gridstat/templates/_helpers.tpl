@@ -172,9 +172,17 @@ authorization reads (docs/security.md, "Control by role"). input: the role.
 {{- printf "gridstat-%s" . -}}
 {{- end -}}
 
-{{/* The roles whose certificates this release needs. input: the root context. output: JSON list. */}}
+{{/* The certificate role of one cloud's leaf broker: broker-<cloud, lower case>, identity
+     gridstat-broker-<cloud>; that cloud's routers take control calls from it only. input: the cloud's name. */}}
+{{- define "gridstat.brokerCertRole" -}}
+{{- printf "broker-%s" (lower (toString .)) -}}
+{{- end -}}
+
+{{/* The roles whose certificates this release needs (a leaf broker's per cloud). input: the root
+     context. output: JSON list. */}}
 {{- define "gridstat.tlsRoles" -}}
-{{- $roles := list "broker" "router" "operator" -}}
+{{- $roles := list "router" "operator" -}}
+{{- range .Values.clouds }}{{ $roles = append $roles (include "gridstat.brokerCertRole" .name) }}{{ end -}}
 {{- if .Values.parent.enabled }}{{ $roles = append $roles "parent" }}{{ end -}}
 {{- if .Values.admission.enabled }}{{ $roles = append $roles "admission" }}{{ end -}}
 {{- if .Values.condensationHost.enabled }}{{ $roles = append $roles "condense" }}{{ end -}}
@@ -186,18 +194,43 @@ authorization reads (docs/security.md, "Control by role"). input: the role.
 {{- include "gridstat.roleName" (dict "root" . "role" "ca") -}}
 {{- end -}}
 
-{{/* The Secret a role's pods mount. input: (dict "root" $ "role" "broker"). */}}
+{{/* The existing Secret named for a role in tls.secrets, or "": a leaf broker's own
+     (tls.secrets.broker-<cloud>), else the one all leaf brokers share (tls.secrets.broker).
+     input: (dict "root" $ "role" "broker-a"). */}}
+{{- define "gridstat.tlsGivenSecret" -}}
+{{- $given := index .root.Values.tls.secrets .role | default "" -}}
+{{- if and (not $given) (hasPrefix "broker-" .role) -}}
+{{- $given = .root.Values.tls.secrets.broker | default "" -}}
+{{- end -}}
+{{- $given -}}
+{{- end -}}
+
+{{/* The Secret a role's pods mount. input: (dict "root" $ "role" "broker-a"). */}}
 {{- define "gridstat.tlsSecretName" -}}
 {{- if .root.Values.tls.secretName -}}
 {{- .root.Values.tls.secretName -}}
 {{- else -}}
-{{- default (include "gridstat.roleName" (dict "root" .root "role" (printf "tls-%s" .role))) (index .root.Values.tls.secrets .role) -}}
+{{- default (include "gridstat.roleName" (dict "root" .root "role" (printf "tls-%s" .role))) (include "gridstat.tlsGivenSecret" .) -}}
 {{- end -}}
 {{- end -}}
 
-{{/* Whether the chart generates a role's Secret ("true" or ""). input: (dict "root" $ "role" "broker"). */}}
+{{/* Whether the chart generates a role's Secret ("true" or ""). input: (dict "root" $ "role" "broker-a"). */}}
 {{- define "gridstat.tlsGenerated" -}}
-{{- if and .root.Values.tls.enabled (not .root.Values.tls.secretName) (not (index .root.Values.tls.secrets .role)) }}true{{ end -}}
+{{- if and .root.Values.tls.enabled (not .root.Values.tls.secretName) (not (include "gridstat.tlsGivenSecret" .)) }}true{{ end -}}
+{{- end -}}
+
+{{/*
+The identity a cloud's routers take control calls from (`--broker-identity`, docs/security.md "Control
+by role"): the cloud's own leaf broker, gridstat-broker-<cloud>, when it has a certificate of its own
+(generated, or tls.secrets.broker-<cloud>); "" -- any broker identity -- when every leaf broker shares
+one (tls.secrets.broker, tls.secretName). input: (dict "root" $ "cloud" "A").
+*/}}
+{{- define "gridstat.routerBrokerIdentity" -}}
+{{- $role := include "gridstat.brokerCertRole" .cloud -}}
+{{- $tls := .root.Values.tls -}}
+{{- if and $tls.enabled (not $tls.secretName) (or (index $tls.secrets $role) (not $tls.secrets.broker)) -}}
+{{- include "gridstat.tlsIdentity" $role -}}
+{{- end -}}
 {{- end -}}
 
 {{/*
@@ -205,7 +238,7 @@ DNS names of a role's certificate, after its identity: the names the other compo
 (gRPC checks the dialled host name against them; nothing dials by IP: the topology sidecars register
 each router's control address by its pod's DNS name), plus localhost and 127.0.0.1 for the CLI in
 the pod. Routers: a wildcard per cloud over the StatefulSet's pods, so a router added later is
-covered. input: (dict "root" $ "role" "broker"). output: JSON list.
+covered. input: (dict "root" $ "role" "broker-a"). output: JSON list.
 */}}
 {{- define "gridstat.tlsDnsNames" -}}
 {{- $root := .root -}}
@@ -213,8 +246,9 @@ covered. input: (dict "root" $ "role" "broker"). output: JSON list.
 {{- $domain := $root.Values.tls.clusterDomain -}}
 {{- $services := list -}}
 {{- $prefix := "" -}}
-{{- if eq .role "broker" -}}
-{{- range $root.Values.clouds }}{{ $services = append $services (include "gridstat.roleName" (dict "root" $root "role" "broker" "cloud" .name)) }}{{ end -}}
+{{- if hasPrefix "broker-" .role -}}
+{{- $role := .role -}}
+{{- range $root.Values.clouds }}{{ if eq $role (include "gridstat.brokerCertRole" .name) }}{{ $services = append $services (include "gridstat.roleName" (dict "root" $root "role" "broker" "cloud" .name)) }}{{ end }}{{ end -}}
 {{- else if eq .role "router" -}}
 {{- $prefix = "*." -}}
 {{- range $root.Values.clouds }}{{ $services = append $services (include "gridstat.roleName" (dict "root" $root "role" "router" "cloud" .name)) }}{{ end -}}
@@ -230,7 +264,7 @@ covered. input: (dict "root" $ "role" "broker"). output: JSON list.
 {{- toJson (append $names "localhost") -}}
 {{- end -}}
 
-{{/* A role's TLS volume. input: (dict "root" $ "role" "broker" "name" "tls"). */}}
+{{/* A role's TLS volume. input: (dict "root" $ "role" "broker-a" "name" "tls"). */}}
 {{- define "gridstat.tlsVolume" -}}
 {{- if .root.Values.tls.enabled }}
 - name: {{ .name | default "tls" }}

@@ -46,7 +46,8 @@ ROLES = (ADMIN, BROKER, ROUTER, OBSERVER, CLIENT)
 #: ``gridstat up`` give their certificates, and the Helm chart's per-role certificates.
 DEFAULT_GRANTS: Mapping[str, tuple[str, ...]] = {
     ADMIN: ("admin", "operator", "gridstat-admin", "gridstat-operator"),
-    BROKER: ("broker", "parent", "gridstat-broker", "gridstat-parent"),
+    # gridstat-broker-<cloud>: the chart's per-cloud leaf broker certificates, broker-<cloud> gridstat up's
+    BROKER: ("broker", "broker-*", "parent", "gridstat-broker", "gridstat-broker-*", "gridstat-parent"),
     ROUTER: ("router", "gridstat-router"),
     OBSERVER: ("observer", "gridstat-observer"),
 }
@@ -70,6 +71,15 @@ class Grants:
         for role, pats in extra.items():
             merged[role] = (*merged.get(role, ()), *pats)
         return Grants(merged)
+
+    def replacing(self, role: str, patterns: Iterable[str]) -> Grants:
+        """These grants with ``role`` held by ``patterns`` only (a router's ``--broker-identity``)."""
+        pats = tuple(patterns)
+        if role not in ROLES or role == CLIENT:
+            raise ValidationError(f"unknown role {role!r}", field="role")
+        if not pats or not all(pats):
+            raise ValidationError(f"the {role} role needs at least one identity pattern", field=role)
+        return Grants({**self.patterns, role: pats})
 
     @classmethod
     def parse(cls, items: Iterable[str], base: Grants | None = None) -> Grants:

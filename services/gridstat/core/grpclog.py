@@ -11,13 +11,17 @@ counts those lines by reason, and writes one summary line of its own per reason 
 TLS; it is never installed in a library user's or a test runner's process.
 
 The reader never logs through :mod:`logging`: that would write to stderr, i.e. into the pipe it is
-the only reader of. It writes to the saved original descriptor directly.
+the only reader of. It writes to the saved original descriptor directly. At exit the original
+descriptor is put back and the reader drains the pipe first, so the last lines a process writes
+(its error message, say) still reach the real stderr.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
+import sys
 import threading
 import time
 from collections import Counter
@@ -82,8 +86,20 @@ def tap_stderr() -> bool:
         except OSError:
             return False
         _installed = True
-    threading.Thread(target=_pump, args=(r, original), name="grpc-stderr-tap", daemon=True).start()
+    reader = threading.Thread(target=_pump, args=(r, original), name="grpc-stderr-tap", daemon=True)
+    reader.start()
+    atexit.register(_untap, reader, original)
     return True
+
+
+def _untap(reader: threading.Thread, original: int, timeout_s: float = 2.0) -> None:
+    """Put the original stderr back; the pipe's last writer is gone, so the reader drains it and ends."""
+    try:
+        sys.stderr.flush()
+        os.dup2(original, 2)
+    except (OSError, ValueError):
+        return
+    reader.join(timeout_s)
 
 
 def _pump(r: int, out: int) -> None:

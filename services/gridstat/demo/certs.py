@@ -32,10 +32,11 @@ from gridstat.core import certs as core_certs
 from gridstat.demo.localtls import CertDir
 from gridstat.errors import ValidationError
 
-#: The identities the roles use (docs/security.md: role-based access maps these names to roles):
-#: leaf brokers, the parent broker, every router and its edge proxy, the admission controller, the
-#: administrator (the CLI, the demo's own management calls), a condensation host.
-ROLE_IDENTITIES = ("broker", "parent", "router", "admission", "admin", "condense")
+#: The identities the roles use (docs/security.md: role-based access maps these names to roles): the
+#: parent broker, every router and its edge proxy, the admission controller, the administrator (the
+#: CLI, the demo's own management calls), a condensation host. Each leaf broker has its own,
+#: ``localtls.leaf_broker_identity(cloud)``.
+ROLE_IDENTITIES = ("parent", "router", "admission", "admin", "condense")
 CA_NAME = "gridstat local CA"
 DEFAULT_DAYS = 825  # as scripts/gen-certs.sh (GRIDSTAT_CERT_DAYS)
 #: A certificate expiring sooner than this is made again.

@@ -25,6 +25,14 @@ from gridstat.core.tls import TlsFiles
 
 #: Identity of the certificate the CLI and the demo's own management calls use (docs/security.md).
 ADMIN = "admin"
+
+
+def leaf_broker_identity(cloud: str) -> str:
+    """The identity of a cloud's leaf broker certificate: its routers take control calls from it only
+    (``gridstat router --broker-identity``, docs/security.md "Control by role")."""
+    return f"broker-{cloud}"
+
+
 #: Default locations (``XDG_STATE_HOME``, like the brokers' default state).
 STATE_HOME_ENV = "XDG_STATE_HOME"
 

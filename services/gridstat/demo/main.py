@@ -53,11 +53,12 @@ import grpc
 from rich.console import Console
 from rich.live import Live
 
-from gridstat.core import clock
+from gridstat.core import access, clock
 from gridstat.core.aio import install_fast_loop
 from gridstat.core.tls import TlsFiles
 from gridstat.demo import localtls
 from gridstat.demo.endpoints import PublisherEndpoint, SubscriptionEndpoint, format_offer
+from gridstat.demo.localtls import leaf_broker_identity
 from gridstat.demo.processes import BrokerProcess, RouterProcess, StartupError, parent_role_available
 from gridstat.demo.telemetry import DemoTelemetry, archive_names
 from gridstat.demo.topology import Topology, load_topology
@@ -136,6 +137,17 @@ def run(args: argparse.Namespace) -> int:
         if telemetry is not None:
             telemetry.stop_kafka()
 
+
+def check_client_names(names: list[str]) -> None:
+    """A client's name is its certificate's identity (the broker binds the two), so it must hold no
+    role: a publisher called ``broker-A`` would get a certificate that changes cloud A's routers."""
+    grants = access.Grants()
+    for name in names:
+        roles = grants.roles_of([name])
+        if roles != {access.CLIENT}:
+            raise ValidationError(f"client name {name!r} is an identity of the {'/'.join(sorted(roles))} role "
+                                  "(docs/security.md, 'Control by role'): its certificate could control the "
+                                  "system; rename it", field="name")
 
 class Runner:
     def __init__(self, topology: Topology, *, variant: str = "close", duration: float | None = None,
@@ -292,9 +304,11 @@ class Runner:
         from gridstat.demo import certs  # cryptography: only when certificates are needed
 
         t = self.topology
-        names = [*certs.ROLE_IDENTITIES, *(p.name for p in t.publishers), *(s.name for s in t.subscriptions)]
+        clients = [*(p.name for p in t.publishers), *(s.name for s in t.subscriptions)]
         if self.telemetry is not None:
-            names += archive_names(t.publishers)
+            clients += archive_names(t.publishers)
+        check_client_names(clients)
+        names = [*certs.ROLE_IDENTITIES, *(leaf_broker_identity(c) for c in t.clouds), *clients]
         result = certs.ensure(self.certs_path, names)
         self.certs = result.certs
         made = (f"generated {len(result.created)} certificates" + (" and a new CA" if result.new_ca else "")

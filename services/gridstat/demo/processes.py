@@ -7,7 +7,8 @@ broker, ``RouterControl`` for a router's counters). Its stderr goes to ``<log di
 reaps: no orphans, no zombies. ``--exit-with-parent`` covers a ``gridstat up`` killed with SIGKILL.
 
 With ``certs`` (the default of ``gridstat up``; docs/security.md, "Certificates (embedded mode)") every
-child serves mTLS only with the certificate of its identity (``broker``, ``parent``, ``router``), the
+child serves mTLS only with the certificate of its identity (``broker-<cloud>``, ``parent``, ``router``; a
+router takes control calls from its own cloud's leaf broker only), the
 brokers authenticate datagrams (``--channel-auth all`` at a leaf, ``routers`` at the parent), and our
 own gRPC channels to the children use the ``admin`` certificate. Without (``gridstat up --insecure``)
 everything is plaintext and unauthenticated.
@@ -26,7 +27,7 @@ from typing import IO, Any
 
 import grpc
 
-from gridstat.demo.localtls import ADMIN, CertDir
+from gridstat.demo.localtls import ADMIN, CertDir, leaf_broker_identity
 from gridstat.errors import GridStatError
 from gridstat.v1 import broker_pb2 as bpb
 from gridstat.v1 import broker_pb2_grpc as bpb_grpc
@@ -192,8 +193,9 @@ class BrokerProcess(ChildProcess):
             cmd += ["--variable-id-base", str(self.variable_id_base)]
             if self.parent:
                 cmd += ["--parent", self.parent]
-            if ca:  # "broker": served, and used towards its routers and its parent
-                cmd += [*self.tls_flags("broker"), "--router-tls-ca", ca, "--channel-auth", "all"]
+            if ca:  # "broker-<cloud>": served, and used towards its routers and its parent
+                cmd += [*self.tls_flags(leaf_broker_identity(self.name)), "--router-tls-ca", ca,
+                        "--channel-auth", "all"]
                 if self.parent:
                     cmd += ["--peer-tls-ca", ca]
         return cmd
@@ -270,6 +272,8 @@ class RouterProcess(ChildProcess):
                "--id", str(self.router_id), "--port", "0", "--control-port", "0",
                "--role", self.role, "--variant", self.variant, "--exit-with-parent"]
         cmd += self.tls_flags("router")
+        if self.certs is not None:  # only its own cloud's leaf broker may change it
+            cmd += ["--broker-identity", leaf_broker_identity(self.cloud)]
         if self.broker:
             cmd += ["--broker", self.broker]
             if self.certs is not None:  # the edge proxy calls its leaf broker as "router"

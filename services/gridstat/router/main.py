@@ -79,6 +79,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                                         "then only the leaf broker changes this router and "
                                                         "administrators and observers read it (docs/security.md)")
     access.add_arguments(p)
+    p.add_argument("--broker-identity", action="append", default=[], metavar="PATTERN",
+                   help="with --tls-client-ca: only certificate identities matching PATTERN (fnmatch on CN or DNS "
+                        "SAN; repeatable) have the broker role here, i.e. may change this router -- its own "
+                        "leaf broker, e.g. gridstat-broker-east -- instead of every broker of the deployment "
+                        "(docs/security.md, 'Control by role')")
     p.add_argument("--broker", default="", metavar="HOST:PORT",
                    help="edge routers: the leaf QoS broker; serve the EdgeProxy for publishers and subscribers "
                         "on the control port")
@@ -98,6 +103,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "than this (at least three ping intervals); a livenessProbe restarts a wedged router")
     p.add_argument("--log-level", default="WARNING")
     telemetry.add_arguments(p)
+
+
+def _broker_grants(broker_identity: list[str]) -> access.Grants:
+    """The default grants, the broker role narrowed to ``--broker-identity`` when given."""
+    if not broker_identity:
+        return access.Grants()
+    if any(not p.strip() for p in broker_identity):
+        raise ValidationError("--broker-identity: an empty pattern would name no broker", field="broker_identity")
+    return access.Grants().replacing(access.BROKER, (p.strip() for p in broker_identity))
 
 
 async def _run(args: argparse.Namespace) -> None:
@@ -123,9 +137,12 @@ async def _run(args: argparse.Namespace) -> None:
         grpclog.tap_stderr()  # refused TLS handshakes -> gridstat_tls_handshakes_refused_total
     elif args.tls_client_ca:
         raise ValidationError("--tls-client-ca needs --tls-cert and --tls-key", field="tls_cert")
+    if args.broker_identity and not args.tls_client_ca:
+        raise ValidationError("--broker-identity needs --tls-client-ca: without client certificates there is no "
+                              "identity to check", field="broker_identity")
     if args.healthz_max_age_ms <= 0:
         raise ValidationError("--healthz-max-age-ms must be positive", field="healthz_max_age_ms")
-    grants = access.Grants.parse(args.grant)
+    grants = access.Grants.parse(args.grant, base=_broker_grants(args.broker_identity))
     proxy = _proxy(args, config)
     router = StatusRouter(config)
     await router.start()

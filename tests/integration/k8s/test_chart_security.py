@@ -22,8 +22,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 TLS = "/etc/gridstat/tls/"
 #: Role -> (the Secret's suffix, the certificate's identity), per docs/kubernetes.md's table.
-ROLES = {"broker": "gridstat-broker", "parent": "gridstat-parent", "router": "gridstat-router",
-         "operator": "gridstat-operator", "admission": "gridstat-admission", "condense": "gridstat-condense"}
+ROLES = {"broker-a": "gridstat-broker-a", "broker-b": "gridstat-broker-b", "parent": "gridstat-parent",
+         "router": "gridstat-router", "operator": "gridstat-operator", "admission": "gridstat-admission",
+         "condense": "gridstat-condense"}
 
 
 @pytest.fixture(scope="module")
@@ -86,9 +87,12 @@ def test_defaults_generate_a_ca_and_a_certificate_per_role(tools: dict[str, str]
         assert openssl("pkey", "-pubout", input=data(s, "tls.key")) == \
             openssl("x509", "-noout", "-pubkey", input=data(s, "tls.crt"))
     # the names the components dial each other by (gRPC checks them): Services and router pods
-    _, broker = cert_names(data(by["rel-gridstat-tls-broker"], "tls.crt"))
-    assert {"DNS:rel-gridstat-broker-a.grid.svc", "DNS:rel-gridstat-broker-b.grid.svc",
-            "DNS:rel-gridstat-broker-a.grid.svc.cluster.local"} <= set(broker)
+    # each leaf broker's certificate names its own Service only
+    _, broker_a = cert_names(data(by["rel-gridstat-tls-broker-a"], "tls.crt"))
+    assert {"DNS:rel-gridstat-broker-a.grid.svc", "DNS:rel-gridstat-broker-a.grid.svc.cluster.local"} <= set(broker_a)
+    assert not any("broker-b" in n for n in broker_a), broker_a
+    _, broker_b = cert_names(data(by["rel-gridstat-tls-broker-b"], "tls.crt"))
+    assert "DNS:rel-gridstat-broker-b.grid.svc" in broker_b and not any("broker-a" in n for n in broker_b)
     _, router = cert_names(data(by["rel-gridstat-tls-router"], "tls.crt"))
     assert {"DNS:*.rel-gridstat-router-a.grid.svc", "DNS:*.rel-gridstat-router-b.grid.svc.cluster.local"} <= set(router)
     _, parent = cert_names(data(by["rel-gridstat-tls-parent"], "tls.crt"))
@@ -100,7 +104,7 @@ def test_defaults_generate_a_ca_and_a_certificate_per_role(tools: dict[str, str]
     # roles that are off get no certificate
     plain = secrets(render(tools))
     assert "rel-gridstat-tls-parent" not in plain and "rel-gridstat-tls-condense" not in plain
-    assert {"rel-gridstat-tls-broker", "rel-gridstat-tls-router", "rel-gridstat-tls-operator",
+    assert {"rel-gridstat-tls-broker-a", "rel-gridstat-tls-router", "rel-gridstat-tls-operator",
             "rel-gridstat-tls-admission", "rel-gridstat-ca", "rel-gridstat-channel-key"} <= set(plain)
 
 
@@ -118,7 +122,9 @@ def test_defaults_run_every_role_with_mtls_and_channel_auth(tools: dict[str, str
             assert flag in a, (cloud, flag, a)
         assert not any(x.startswith("--grant") for x in a), a  # the default grants name the per-role identities
         r = pod_args(docs, f"rel-gridstat-router-{cloud}", "router")
-        for flag in (f"--tls-cert={TLS}tls.crt", f"--tls-client-ca={TLS}ca.crt"):
+        # a cloud's routers take control calls from that cloud's leaf broker only
+        for flag in (f"--tls-cert={TLS}tls.crt", f"--tls-client-ca={TLS}ca.crt",
+                     f"--broker-identity=gridstat-broker-{cloud}"):
             assert flag in r, (cloud, flag)
         (routers,) = [d for d in docs
                       if d["kind"] == "ConfigMap" and d["metadata"]["name"] == f"rel-gridstat-router-{cloud}"]
@@ -140,9 +146,9 @@ def test_defaults_run_every_role_with_mtls_and_channel_auth(tools: dict[str, str
                 if m["mountPath"] == TLS.rstrip("/"):
                     mounts[(d["metadata"]["name"], c["name"])] = volumes[m["name"]]
     assert mounts == {
-        ("rel-gridstat-broker-a", "broker"): "rel-gridstat-tls-broker",
+        ("rel-gridstat-broker-a", "broker"): "rel-gridstat-tls-broker-a",
         ("rel-gridstat-broker-a", "topology"): "rel-gridstat-tls-operator",
-        ("rel-gridstat-broker-b", "broker"): "rel-gridstat-tls-broker",
+        ("rel-gridstat-broker-b", "broker"): "rel-gridstat-tls-broker-b",
         ("rel-gridstat-broker-b", "topology"): "rel-gridstat-tls-operator",
         ("rel-gridstat-parent", "parent"): "rel-gridstat-tls-parent",
         ("rel-gridstat-parent", "topology"): "rel-gridstat-tls-operator",
@@ -159,11 +165,29 @@ def test_existing_secrets_per_role_are_used_and_not_generated(tools: dict[str, s
     docs = render(tools, extra=("--set", "tls.secrets.broker=broker-cm", "--set", "tls.secrets.router=router-cm",
                                 "--set", "dataPlaneAuth.secretName=my-key"))
     by = secrets(docs)
-    assert "rel-gridstat-tls-broker" not in by and "rel-gridstat-tls-router" not in by
+    assert not any(n.startswith("rel-gridstat-tls-broker") for n in by) and "rel-gridstat-tls-router" not in by
     assert "rel-gridstat-channel-key" not in by
     assert "rel-gridstat-tls-operator" in by  # the others are still generated
     text = yaml.safe_dump_all(docs)
     assert "secretName: broker-cm" in text and "secretName: router-cm" in text and "secretName: my-key" in text
+    # one Secret shared by every leaf broker: a router cannot tell its own broker from another's
+    assert not any(a.startswith("--broker-identity") for a in pod_args(docs, "rel-gridstat-router-a", "router"))
+
+
+def test_a_leaf_brokers_own_secret_wins_over_the_shared_one(tools: dict[str, str], tmp_path: Path) -> None:
+    values = write_values(tmp_path, "all.json", {**yaml.safe_load(TWO_CLOUDS.read_text()), "tls": {}})
+    docs = render(tools, values, extra=("--set", "tls.secrets.broker=shared-cm", "--set", "tls.secrets.broker-a=a-cm"))
+    assert not any(n.startswith("rel-gridstat-tls-broker") for n in secrets(docs))
+    volumes = {d["metadata"]["name"]: {v["name"]: v["secret"]["secretName"]
+                                       for v in d["spec"]["template"]["spec"]["volumes"] if "secret" in v}
+               for d in docs if d["kind"] == "StatefulSet"}
+    assert volumes["rel-gridstat-broker-a"]["tls"] == "a-cm" and volumes["rel-gridstat-broker-b"]["tls"] == "shared-cm"
+    # cloud A's routers know their broker's identity (its own Secret, CN gridstat-broker-a); B's cannot
+    assert "--broker-identity=gridstat-broker-a" in pod_args(docs, "rel-gridstat-router-a", "router")
+    assert not any(a.startswith("--broker-identity") for a in pod_args(docs, "rel-gridstat-router-b", "router"))
+    # a per-cloud key must name a cloud-shaped Secret key: the schema refuses anything else in tls.secrets
+    proc = helm(tools, "template", "rel", str(CHART), "--set", "tls.secrets.brokerx=x", check=False)
+    assert proc.returncode != 0 and "brokerx" in proc.stderr, proc.stderr
 
 
 def test_turning_security_off_needs_the_acknowledgement(tools: dict[str, str]) -> None:
@@ -185,7 +209,7 @@ def test_install_generates_and_upgrades_keep_the_keys(tools: dict[str, str], clu
                                                       tmp_path: Path) -> None:
     env = {**tools, "KUBECONFIG": str(cluster.kubeconfig)}
     ns = "secure-defaults"
-    names = ["rel-gridstat-ca", "rel-gridstat-tls-broker", "rel-gridstat-tls-router", "rel-gridstat-tls-operator",
+    names = ["rel-gridstat-ca", "rel-gridstat-tls-broker-a", "rel-gridstat-tls-router", "rel-gridstat-tls-operator",
              "rel-gridstat-tls-admission", "rel-gridstat-channel-key"]
     proc = helm(env, "install", "rel", str(CHART), "-n", ns, "--create-namespace")
     try:
@@ -201,11 +225,18 @@ def test_install_generates_and_upgrades_keep_the_keys(tools: dict[str, str], clu
         assert third["rel-gridstat-ca"] == first["rel-gridstat-ca"]
         assert third["rel-gridstat-channel-key"] == first["rel-gridstat-channel-key"]
         assert third["rel-gridstat-tls-operator"] == first["rel-gridstat-tls-operator"]
-        broker = third["rel-gridstat-tls-broker"]
-        assert broker != first["rel-gridstat-tls-broker"]
-        _, sans = cert_names(base64.b64decode(broker["tls.crt"]))
-        assert "DNS:rel-gridstat-broker-b.secure-defaults.svc" in sans
-        verify(base64.b64decode(first["rel-gridstat-ca"]["tls.crt"]), base64.b64decode(broker["tls.crt"]), tmp_path)
+        # cloud A's broker keeps its certificate (its names did not change); cloud B's broker gets one
+        assert third["rel-gridstat-tls-broker-a"] == first["rel-gridstat-tls-broker-a"]
+        broker_b = _secret(cluster, ns, "rel-gridstat-tls-broker-b")["data"]
+        cn, sans = cert_names(base64.b64decode(broker_b["tls.crt"]))
+        assert cn == "gridstat-broker-b" and "DNS:rel-gridstat-broker-b.secure-defaults.svc" in sans
+        verify(base64.b64decode(first["rel-gridstat-ca"]["tls.crt"]), base64.b64decode(broker_b["tls.crt"]), tmp_path)
+        # the routers' certificate names every cloud's router pods: issued again, from the same CA
+        router = third["rel-gridstat-tls-router"]
+        assert router != first["rel-gridstat-tls-router"]
+        _, sans = cert_names(base64.b64decode(router["tls.crt"]))
+        assert "DNS:*.rel-gridstat-router-b.secure-defaults.svc" in sans
+        verify(base64.b64decode(first["rel-gridstat-ca"]["tls.crt"]), base64.b64decode(router["tls.crt"]), tmp_path)
         parent = _secret(cluster, ns, "rel-gridstat-tls-parent")["data"]
         assert parent["ca.crt"] == first["rel-gridstat-ca"]["tls.crt"]
         # explicitly insecure: NOTES print the WARNING block naming what is off

@@ -66,6 +66,33 @@ def test_grants_from_flags_and_policy_files() -> None:
     assert access.Grants({}).roles_of(("admin",)) == {access.CLIENT}
 
 
+def test_a_routers_broker_identity_replaces_the_broker_role_only() -> None:
+    # by default every cloud's leaf broker (gridstat-broker-<cloud>, broker-<cloud>) is a broker
+    assert access.Grants().roles_of(("gridstat-broker-east",)) == {access.BROKER}
+    assert access.Grants().roles_of(("broker-west",)) == {access.BROKER}
+    g = access.Grants().replacing(access.BROKER, ["gridstat-broker-east"])
+    assert g.roles_of(("gridstat-broker-east",)) == {access.BROKER}
+    assert g.roles_of(("gridstat-broker-west",)) == {access.CLIENT}
+    assert g.roles_of(("broker",)) == {access.CLIENT} and g.roles_of(("parent",)) == {access.CLIENT}
+    assert g.roles_of(("admin",)) == {access.ADMIN}  # other roles keep their patterns
+    assert access.Grants.parse(["broker=ops-broker"], base=g).roles_of(("ops-broker",)) == {access.BROKER}
+    for bad in ([], [""]):
+        with pytest.raises(ValidationError):
+            access.Grants().replacing(access.BROKER, bad)
+    with pytest.raises(ValidationError):
+        access.Grants().replacing(access.CLIENT, ["x"])
+
+
+def test_router_broker_identity_option_needs_mtls_and_a_pattern() -> None:
+    from gridstat.router import main as router_main
+
+    assert router_main._broker_grants([]) == access.Grants()
+    assert router_main._broker_grants([" b-1 "]).roles_of(("b-1",)) == {access.BROKER}
+    with pytest.raises(ValidationError) as err:
+        router_main._broker_grants(["  "])
+    assert err.value.field == "broker_identity"
+
+
 @pytest.mark.parametrize("item, field", [("admin", "grant"), ("boss=x", "grant"), ("client=x", "grant"),
                                          ("admin=", "grant")])
 def test_bad_grants_name_the_option(item: str, field: str) -> None:

@@ -36,3 +36,17 @@ def test_a_runaway_line_without_newline_keeps_bounded_memory() -> None:
 
 def test_nothing_counted_without_the_tap() -> None:
     assert not grpclog.installed() and grpclog.refused() == {}
+
+
+def test_the_last_lines_a_tapped_process_writes_reach_stderr() -> None:
+    """The tap is in front of stderr when a role process fails to start: its error message must still
+    be seen (the reader drains the pipe at exit), not vanish with the daemon thread."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "gridstat.cli.main", "router", "--name", "r", "--id", "1",
+                           "--port", "0", "--control-port", "0", "--tls-cert", "/nonexistent/c.pem",
+                           "--tls-key", "/nonexistent/c.key", "--exit-with-parent"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "cannot read tls_key '/nonexistent/c.key'" in proc.stderr, proc.stderr

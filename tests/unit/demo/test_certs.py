@@ -26,9 +26,9 @@ def load(path: Path) -> x509.Certificate:
 
 
 def test_every_identity_gets_a_ca_signed_server_and_client_certificate(tmp_path: Path) -> None:
-    result = certs.ensure(tmp_path / "c", [*certs.ROLE_IDENTITIES, "pmu1", "ems"])
+    result = certs.ensure(tmp_path / "c", [*certs.ROLE_IDENTITIES, "broker-A", "pmu1", "ems"])
     assert result.new_ca and result.reused == []
-    assert result.created == ["broker", "parent", "router", "admission", "admin", "condense", "pmu1", "ems"]
+    assert result.created == ["parent", "router", "admission", "admin", "condense", "broker-A", "pmu1", "ems"]
     ca = load(result.certs.ca)
     assert ca.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
     for name in result.created:
@@ -47,7 +47,7 @@ def test_every_identity_gets_a_ca_signed_server_and_client_certificate(tmp_path:
         # what core.tls loads: the certificate and its key belong together, the CA parses
         result.certs.tls(name).check_files()
     ctx = ssl.create_default_context(cafile=str(result.certs.ca))
-    ctx.load_cert_chain(str(result.certs.cert("broker")), str(result.certs.key("broker")))
+    ctx.load_cert_chain(str(result.certs.cert("broker-A")), str(result.certs.key("broker-A")))
 
 
 def test_files_are_0600_and_the_directory_0700_even_with_a_loose_umask(tmp_path: Path) -> None:
@@ -133,3 +133,14 @@ def test_cli_tls_options_default_from_the_environment() -> None:
     assert common.Tls.from_args(args, {}) is None
     given = argparse.Namespace(tls_ca="mine.pem", tls_cert="", tls_key="")
     assert common.Tls.from_args(given, env) == common.Tls(ca="mine.pem")  # options win, all three
+
+
+def test_a_client_name_that_is_a_role_identity_is_refused() -> None:
+    from gridstat.demo.main import check_client_names
+    from gridstat.errors import ValidationError
+
+    check_client_names(["pmu-a1", "ems", "brokerage-feed"])
+    for name, role in (("broker-A", "broker"), ("admin", "admin"), ("router", "router"), ("gridstat-parent", "broker")):
+        with pytest.raises(ValidationError) as err:
+            check_client_names(["pmu-a1", name])
+        assert repr(name) in str(err.value) and f"of the {role} role" in str(err.value), err.value

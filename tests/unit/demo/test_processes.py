@@ -46,7 +46,9 @@ def test_with_certificates_every_child_serves_mtls_and_brokers_authenticate_data
     ca = str(certs.ca)
     leaf = BrokerProcess("A", "leaf", tmp_path / "A.sqlite", tmp_path / "A.log", parent="127.0.0.1:7000",
                          certs=certs).command()
-    assert (flag(leaf, "--tls-cert"), flag(leaf, "--tls-key")) == (str(certs.cert("broker")), str(certs.key("broker")))
+    # each leaf broker its own identity, which its cloud's routers take control calls from only
+    assert (flag(leaf, "--tls-cert"), flag(leaf, "--tls-key")) == (str(certs.cert("broker-A")),
+                                                                  str(certs.key("broker-A")))
     assert flag(leaf, "--tls-client-ca") == flag(leaf, "--router-tls-ca") == flag(leaf, "--peer-tls-ca") == ca
     assert flag(leaf, "--channel-auth") == "all"
     alone = BrokerProcess("A", "leaf", tmp_path / "a", tmp_path / "b", certs=certs).command()
@@ -61,9 +63,13 @@ def test_with_certificates_every_child_serves_mtls_and_brokers_authenticate_data
     assert flag(edge, "--tls-client-ca") == flag(edge, "--broker-tls-ca") == ca
     inner = RouterProcess("i1", 2, "internal", "A", "close", tmp_path / "i1.log", certs=certs).command()
     assert flag(inner, "--tls-client-ca") == ca and "--broker-tls-ca" not in inner
+    assert flag(edge, "--broker-identity") == flag(inner, "--broker-identity") == "broker-A"
+    other = RouterProcess("i9", 9, "internal", "B", "close", tmp_path / "i9.log", certs=certs).command()
+    assert flag(other, "--broker-identity") == "broker-B"
 
 
 def test_without_certificates_nothing_is_secured(tmp_path: Path) -> None:
     leaf = BrokerProcess("A", "leaf", tmp_path / "A.sqlite", tmp_path / "A.log", parent="127.0.0.1:7000").command()
     edge = RouterProcess("e1", 1, "edge", "A", "close", tmp_path / "e1.log", broker="127.0.0.1:7001").command()
-    assert not [a for a in leaf + edge if a.startswith("--tls") or a.endswith("tls-ca") or a == "--channel-auth"]
+    assert not [a for a in leaf + edge if a.startswith("--tls") or a.endswith("tls-ca") or a == "--channel-auth"
+                or a == "--broker-identity"]

@@ -69,6 +69,10 @@ class SubscriptionRequest:
     latency_bound_ms: float
     redundancy: int = 1
     priority: int = PRIORITY_HIGH
+    #: Every edge router of a multi-homed publisher or subscriber (docs/redundancy.md, "Multi-homed
+    #: clients"), ``publisher_router``/``subscriber_router`` first; empty for a single one.
+    publisher_routers: tuple[str, ...] = ()
+    subscriber_routers: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.subscription_id or "/" in self.subscription_id:
@@ -85,11 +89,34 @@ class SubscriptionRequest:
             raise ValidationError(f"redundancy must be >= 1, got {self.redundancy}", field="redundancy")
         if self.priority not in PRIORITIES:
             raise ValidationError(f"priority must be 0..6, got {self.priority}", field="priority")
+        for first, every, name in ((self.publisher_router, self.publisher_routers, "publisher_routers"),
+                                   (self.subscriber_router, self.subscriber_routers, "subscriber_routers")):
+            if every and (every[0] != first or len(set(every)) != len(every)):
+                raise ValidationError(f"{name} {every!r} must list distinct routers, {first!r} first", field=name)
 
     @property
     def interval_ms(self) -> int:
         """The interval the filters use: rounded down to a multiple of the publication interval (4.2)."""
         return round_down_interval(self.sub_interval_ms, self.pub_interval_ms)
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        return self.publisher_routers or (self.publisher_router,)
+
+    @property
+    def sinks(self) -> tuple[str, ...]:
+        return self.subscriber_routers or (self.subscriber_router,)
+
+    def ends(self) -> tuple[str | tuple[str, ...], str | tuple[str, ...]]:
+        """The path search's ends: one router, or several for a multi-homed client."""
+        src, dst = self.sources, self.sinks
+        return (src if len(src) > 1 else src[0]), (dst if len(dst) > 1 else dst[0])
+
+    def last_channel(self, router: str) -> str:
+        """The subscriber's pseudo channel at ``router``: ``sub:<name>`` at its first edge router,
+        ``sub:<name>@<router>`` at the others (a resource of its own; ``@`` is in no name)."""
+        base = subscriber_channel(self.subscriber)
+        return base if router == self.subscriber_router else f"{base}@{router}"
 
 
 @dataclass(frozen=True)
@@ -120,12 +147,12 @@ def _routes_and_deltas(
 ) -> tuple[tuple[Route, ...], tuple[ChannelDelta, ...]]:
     routes: list[Route] = []
     crossing: dict[str, tuple[str, list[int]]] = {}
-    last = subscriber_channel(request.subscriber)
     for index, path in enumerate(paths):
         route_id = f"{request.subscription_id}/{index}"
         hops = path.routers
         for i, router in enumerate(hops):
-            channel = topology.channel_between(router, hops[i + 1]).name if i + 1 < len(hops) else last
+            channel = topology.channel_between(router, hops[i + 1]).name if i + 1 < len(hops) else \
+                request.last_channel(router)
             routes.append(Route(router, channel, route_id))
             crossing.setdefault(channel, (router, []))[1].append(interval)
     deltas = tuple(
@@ -140,7 +167,7 @@ def _search(
     topology: Topology, request: SubscriptionRequest, check: Usable | None, forwarding_ms: float
 ) -> tuple[tuple[Path, ...], int]:
     """The min-total-latency set of up to k paths, and the largest j whose optimal j-set meets the bound."""
-    src, dst, k = request.publisher_router, request.subscriber_router, request.redundancy
+    (src, dst), k = request.ends(), request.redundancy
     if k == 1:
         path = shortest_path(topology, src, dst, usable=check, forwarding_ms=forwarding_ms)
         if path is None:
@@ -184,11 +211,12 @@ def plan_subscription(
     ``allowed`` narrows the channels every search may use whatever the capacity: the
     leaf broker passes routers that are down and the per-variable tree rule there.
     """
-    topology.router(request.publisher_router)
-    topology.router(request.subscriber_router)
+    for router in (*request.sources, *request.sinks):
+        topology.router(router)
     interval = request.interval_ms
     k = request.redundancy
-    reservations.check_attachment(subscriber_channel(request.subscriber), request.subscriber_router)
+    for router in request.sinks:
+        reservations.check_attachment(request.last_channel(router), router)
 
     bound = request.latency_bound_ms
     usable = _both(reservations.usable_filter(request.variable_id, request.pub_interval_ms, interval), allowed)
@@ -204,8 +232,8 @@ def plan_subscription(
     free, within = _search(topology, request, allowed, forwarding_ms)
     if len(free) < k:
         raise NoFeasiblePath(
-            f"{request.publisher_router!r} -> {request.subscriber_router!r} has {len(free)} interior-disjoint "
-            f"path(s); {k} asked", offer=Offer(max_redundancy=len(free)), field="redundancy")
+            f"{_end(request.sources)} -> {_end(request.sinks)} has {len(free)} interior-disjoint "
+            f"path(s); {k} asked{_per_edge(request)}", offer=Offer(max_redundancy=len(free)), field="redundancy")
     if max_latency(free) <= bound:
         fast = free
     elif len(paths) == k and max_latency(paths) <= bound:
@@ -213,7 +241,7 @@ def plan_subscription(
     else:
         best = max_latency(free) if feasible_latency is None else feasible_latency
         raise LatencyUnattainable(
-            f"the best {k} path(s) {request.publisher_router!r} -> {request.subscriber_router!r} found take "
+            f"the best {k} path(s) {_end(request.sources)} -> {_end(request.sinks)} found take "
             f"{best:.6g} ms > bound {bound:.6g} ms",
             offer=Offer(best_latency_ms=best, max_redundancy=within), field="latency_bound_ms")
     routes, deltas = _routes_and_deltas(topology, reservations, request, fast, interval)
@@ -225,6 +253,15 @@ def plan_subscription(
                   min_interval_ms=_min_interval(topology, reservations, request, fast))
     raise CapacityExceeded(f"subscription {request.subscription_id!r}: {blocked.describe()}", shortfall=blocked,
                            offer=offer)
+
+
+def _end(routers: tuple[str, ...]) -> str:
+    return repr(routers[0]) if len(routers) == 1 else "{" + ", ".join(map(repr, routers)) + "}"
+
+
+def _per_edge(request: SubscriptionRequest) -> str:
+    multi = [len(r) for r in (request.sources, request.sinks) if len(r) > 1]
+    return f" (a multi-homed end carries one path per edge router: at most {min(multi)})" if multi else ""
 
 
 def _min_interval(

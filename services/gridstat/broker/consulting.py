@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING
 import grpc
 
 from gridstat.broker.rejections import AdmissionRejected
-from gridstat.broker.resources import SUBSCRIBER_CHANNEL_PREFIX
 from gridstat.core.tls import ClientChannel, TlsFiles
 from gridstat.errors import ValidationError
 from gridstat.v1 import admission_pb2 as apb
@@ -213,13 +212,13 @@ class AdmissionLink:
 
     def _request(self, broker: LeafBroker, record: SubscriptionRecord) -> apb.AdmitRequest:
         topo = broker.state.topology
-        last = record.exit_channel or SUBSCRIBER_CHANNEL_PREFIX + record.subscriber
         hops = []
         for mode, paths in record.paths:
             for path in paths:
                 routers = path.routers
                 for i, router in enumerate(routers):
-                    link = topo.channel_between(router, routers[i + 1]).name if i + 1 < len(routers) else last
+                    link = topo.channel_between(router, routers[i + 1]).name if i + 1 < len(routers) else \
+                        record.reserved_last_channel(router)
                     hops.append(apb.Hop(router=router, link=link, mode=mode))
         interval = min(q.interval_ms for q in record.qos)
         return apb.AdmitRequest(subscription_id=f"{broker.name}:{record.subscription_id}",

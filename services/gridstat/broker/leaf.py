@@ -145,7 +145,7 @@ class LeafBroker(SegmentsMixin, ModesMixin, FloodingMixin, CondensationMixin):
             st.topology.add_channel(d["src"], d["dst"], bandwidth_bps=d["bandwidth_bps"], latency_ms=d["latency_ms"],
                                     event_capacity_eps=d.get("event_capacity_eps"), name=d["name"])
         for d in store.all("clients"):
-            st.clients[(d["kind"], d["name"])] = Client(**d)
+            st.clients[(d["kind"], d["name"])] = Client.from_dict(d)
         for d in store.all("foreign_channels"):
             f = ForeignChannel(**d)
             st.foreign[(f.border_router, f.foreign_router)] = f
@@ -350,28 +350,34 @@ class LeafBroker(SegmentsMixin, ModesMixin, FloodingMixin, CondensationMixin):
 
     # -- clients and publications --------------------------------------------------------------
     async def register_client(self, name: str, kind: str, edge_router: str, host: str = "", port: int = 0,
-                              *, first_time: bool = True) -> tuple[int, bool]:
+                              *, first_time: bool = True, also: bool = False) -> tuple[int, bool]:
+        """Register a client at its first edge router; with ``also``, attach a registered one at one more
+        (a multi-homed client, docs/redundancy.md "Multi-homed clients": nothing it holds is dropped)."""
         async with self.lock:
             self.refuse_condensation_publisher(name, kind)
             st = self.state
             old = st.clients.get((kind, name))
-            if old is not None and not first_time and \
-                    (old.edge_router, old.host, old.port) == (edge_router, host, port):
-                return old.client_id, False  # asked again (a publisher following its edge): nothing changes
+            known = old is not None and edge_router in old.edge_routers and \
+                old.address_at(edge_router) == (host, port)
+            if old is not None and known and (also or not first_time) and (also or old.edge_router == edge_router):
+                return old.client_id, False  # asked again (a client following its edge): nothing changes
             restarted = False
-            if old is not None and first_time:
+            if old is not None and first_time and not also:
                 # A first-time registration of a known client means it crashed (dissertation 3.7):
-                # what it held before is removed.
+                # what it held before is removed, its other edge routers too (it attaches again).
                 restarted = True
                 await self._drop_client_state(old.name, kind)
-            client = st.register_client(name, kind, edge_router, host, port)
+                for gone in old.edge_routers[1:]:
+                    self.supervisor.mark_dirty(gone)
+                st.clients[(kind, name)] = dataclasses.replace(old, also=())
+            client = st.register_client(name, kind, edge_router, host, port, also=also)
             with self.store.transaction():
                 self.store.put_client(client)
                 self._save_counters()
-            if old is not None and old.edge_router != edge_router:
+            if old is not None and not also and old.edge_router != edge_router:
                 self.supervisor.mark_dirty(old.edge_router)
         link = self.links.get(edge_router)
-        same = old is not None and (old.edge_router, old.host, old.port) == (edge_router, host, port) and not restarted
+        same = known and not restarted
         if link is not None and edge_router not in self.state.down and not same:
             try:
                 if await installer.ensure_channel(link, self.state.desired_channel(edge_router, client.channel)):
@@ -400,7 +406,8 @@ class LeafBroker(SegmentsMixin, ModesMixin, FloodingMixin, CondensationMixin):
             with self.store.transaction():
                 self.store.delete("clients", f"{kind}/{name}")
             removed = before - len(self.state.subscriptions)
-        await self.supervisor.reconcile_now(client.edge_router)
+        for router in client.edge_routers:
+            await self.supervisor.reconcile_now(router)
         return removed
 
     async def register_publication(self, publisher: str, variable: str, type_spec: TypeSpec, *, interval_ms: int,
@@ -409,8 +416,8 @@ class LeafBroker(SegmentsMixin, ModesMixin, FloodingMixin, CondensationMixin):
         """Register a publication; ``max_rate_eps`` is its advertised maximum rate (default: its interval's)."""
         async with self.lock:
             client = self.state.client("publisher", publisher)
-            if client.edge_router != edge_router:
-                raise Unauthorized(f"publisher {publisher!r} is registered at {client.edge_router!r}, not "
+            if edge_router not in client.edge_routers:
+                raise Unauthorized(f"publisher {publisher!r} is registered at {', '.join(client.edge_routers)}, not "
                                    f"{edge_router!r}", field="edge_router")
             if max_rate_eps is not None:  # a negative or absurd rate is refused before anything changes
                 advertised_rate(StatusVariable(publisher, variable, type_spec, interval_ms, priority, alert,
@@ -472,9 +479,9 @@ class LeafBroker(SegmentsMixin, ModesMixin, FloodingMixin, CondensationMixin):
                 raise TypeMismatch(f"subscription to {variable!r} expects type {type_spec.name!r} but it is "
                                    f"published as {var.type.name!r}", field="type")
             client = st.client("subscriber", subscriber)
-            if client.edge_router != edge_router:
-                raise Unauthorized(f"subscriber {subscriber!r} is registered at {client.edge_router!r}, not "
-                                   f"{edge_router!r}", field="edge_router")
+            if edge_router not in client.edge_routers:
+                raise Unauthorized(f"subscriber {subscriber!r} is registered at {', '.join(client.edge_routers)}, "
+                                   f"not {edge_router!r}", field="edge_router")
             sid = subscription_id or st.new_subscription_id()
             record = st.admit(sid, subscriber, var, qos, edge_router)
         # With an admission controller the reservation is tentative until it agrees (``consulting``):

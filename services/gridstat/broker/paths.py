@@ -15,6 +15,13 @@ textbook algorithms:
   when no augmenting path is left, j is the maximum number of disjoint paths
   (Menger). Johnson potentials keep reduced costs >= 0 so each round is a Dijkstra.
 
+Either end may be a set of routers: a multi-homed client (docs/redundancy.md, "Multi-homed
+clients") is attached at several edge routers. Then a virtual source feeds every source router
+(and every sink router feeds a virtual sink) over zero-latency arcs, and those routers are split
+like interior ones: each carries at most one path, so the paths share no router at all, and a
+path neither passes through another source router nor leaves a sink router. A single router at
+an end stays shared by every path, as before.
+
 A path's latency is the sum of its channel latencies plus ``forwarding_ms`` for
 every router on it, source and destination included (each forwards the event
 once). The 1 ms default is conservative: the prototype added 0.36-0.53 ms per hop
@@ -26,7 +33,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from gridstat.broker.topology import Channel, Topology
@@ -38,11 +45,23 @@ Usable = Callable[[Channel], bool]
 
 _IN, _OUT = 0, 1
 _EPS = 1e-9
+#: The virtual source is (_VIRTUAL, _OUT), the virtual sink (_VIRTUAL, _IN): no router has this name.
+_VIRTUAL = ""
+
+Ends = str | Sequence[str]
+
+
+def ends(routers: Ends) -> tuple[str, ...]:
+    """One router or several (a multi-homed end) as a tuple of distinct names, in order."""
+    out = (routers,) if isinstance(routers, str) else tuple(dict.fromkeys(routers))
+    if not out:
+        raise ValueError("a path end needs at least one router")
+    return out
 
 
 @dataclass(frozen=True)
 class Path:
-    """A path as router names from the publisher's edge router to the subscriber's, and its latency."""
+    """A path as router names from a publisher's edge router to a subscriber's, and its latency."""
 
     routers: tuple[str, ...]
     latency_ms: float
@@ -67,13 +86,16 @@ def _always(_channel: Channel) -> bool:
 
 def shortest_path(
     topology: Topology,
-    src: str,
-    dst: str,
+    src: Ends,
+    dst: Ends,
     *,
     usable: Usable | None = None,
     forwarding_ms: float = DEFAULT_FORWARDING_MS,
 ) -> Path | None:
     """The minimum-latency path over channels accepted by ``usable``, or None if there is none."""
+    if not isinstance(src, str) or not isinstance(dst, str):  # a multi-homed end: the flow search, k = 1
+        found = disjoint_paths(topology, src, dst, 1, usable=usable, forwarding_ms=forwarding_ms)
+        return found[0] if found else None
     topology.router(src)
     topology.router(dst)
     if src == dst:
@@ -109,8 +131,8 @@ def shortest_path(
 
 def disjoint_path_sets(
     topology: Topology,
-    src: str,
-    dst: str,
+    src: Ends,
+    dst: Ends,
     k: int,
     *,
     usable: Usable | None = None,
@@ -121,29 +143,39 @@ def disjoint_path_sets(
     Stops early when the graph holds no more disjoint paths. Each set is sorted by
     latency. The sets are successive, not independent: set j+1 may reroute paths of
     set j, which is exactly what lets it beat "shortest path, then remove it".
+    ``src`` and ``dst`` may each be several routers (module docstring).
     """
-    topology.router(src)
-    topology.router(dst)
+    srcs, dsts = ends(src), ends(dst)
+    for r in (*srcs, *dsts):
+        topology.router(r)
     if k < 1:
         return
-    if src == dst:
-        # No interior routers and no channels: exactly one (trivial) path exists.
-        yield (Path((src,), forwarding_ms),)
+    common = [r for r in srcs if r in dsts]
+    if common:
+        # Both ends at one router: no interior routers and no channels, one (trivial) path.
+        yield (Path((common[0],), forwarding_ms),)
         return
     ok = _always if usable is None else usable
-    # Residual state of the unit-capacity flow on the split graph. Nodes are (router, side);
-    # the source is (src, OUT), the sink (dst, IN); no arc enters src or leaves dst.
+    multi_src, multi_dst = len(srcs) > 1, len(dsts) > 1
+    src_set, dst_set = frozenset(srcs), frozenset(dsts)
+    # Residual state of the unit-capacity flow on the split graph. Nodes are (router, side). The
+    # source is (src, OUT) for one source router, else the virtual (_VIRTUAL, OUT) with an arc to
+    # each (s, IN); the sink (dst, IN) for one sink router, else (_VIRTUAL, IN) fed by each (t, OUT).
+    # No arc enters a source router but the virtual source's; none leaves a sink router but to the sink.
     used_out: dict[str, set[str]] = {}
     used_in: dict[str, set[str]] = {}
-    busy: set[str] = set()  # interior routers whose v_in -> v_out arc carries flow
+    busy: set[str] = set()  # split routers whose v_in -> v_out arc carries flow
+    from_source: set[str] = set()  # source routers the virtual source's arc feeds
+    to_sink: set[str] = set()  # sink routers whose arc to the virtual sink carries flow
     pot: dict[tuple[str, int], float] = {}
     inf = float("inf")
-    source, sink = (src, _OUT), (dst, _IN)
+    source = (_VIRTUAL, _OUT) if multi_src else (srcs[0], _OUT)
+    sink = (_VIRTUAL, _IN) if multi_dst else (dsts[0], _IN)
     for _ in range(k):
         dist: dict[tuple[str, int], float] = {source: 0.0}
         pred: dict[tuple[str, int], tuple[str, int]] = {}
         final: dict[tuple[str, int], float] = {}
-        heap: list[tuple[float, str, int]] = [(0.0, src, _OUT)]
+        heap: list[tuple[float, str, int]] = [(0.0, source[0], source[1])]
         while heap:
             d, name, side = heapq.heappop(heap)
             node = (name, side)
@@ -155,20 +187,28 @@ def disjoint_path_sets(
             # Relax with reduced costs c + pot[u] - pot[v]; nd = d + max(0, reduced) clamps float noise
             # (in exact arithmetic reduced costs of residual arcs are >= 0, which Dijkstra needs).
             base = d + pot.get(node, 0.0)
-            if side == _OUT:
-                outs = used_out.get(name, ())
-                for v, channel in topology.out_channels(name).items():
-                    if v == src or v in outs:
-                        continue
-                    head = (v, _IN)
-                    if head in final:
-                        continue
-                    nd = base + channel.latency_ms + forwarding_ms - pot.get(head, 0.0)
-                    nd = nd if nd > d else d
-                    if nd < dist.get(head, inf) and ok(channel):
-                        dist[head] = nd
-                        pred[head] = node
-                        heapq.heappush(heap, (nd, v, _IN))
+            if node == source and multi_src:
+                for s in srcs:
+                    if s not in from_source:
+                        _relax(heap, dist, pred, final, node, (s, _IN), base - pot.get((s, _IN), 0.0), d)
+            elif side == _OUT:
+                if multi_dst and name in dst_set:  # a sink router's only way on: the virtual sink
+                    if name not in to_sink:
+                        _relax(heap, dist, pred, final, node, sink, base - pot.get(sink, 0.0), d)
+                else:
+                    outs = used_out.get(name, ())
+                    for v, channel in topology.out_channels(name).items():
+                        if v in src_set or v in outs:
+                            continue
+                        head = (v, _IN)
+                        if head in final:
+                            continue
+                        nd = base + channel.latency_ms + forwarding_ms - pot.get(head, 0.0)
+                        nd = nd if nd > d else d
+                        if nd < dist.get(head, inf) and ok(channel):
+                            dist[head] = nd
+                            pred[head] = node
+                            heapq.heappush(heap, (nd, v, _IN))
                 if name in busy:  # reverse of the saturated split arc name_in -> name_out
                     _relax(heap, dist, pred, final, node, (name, _IN), base - pot.get((name, _IN), 0.0), d)
             else:
@@ -188,7 +228,11 @@ def disjoint_path_sets(
         while node != source:
             prev = pred[node]
             (a, a_side), (b, b_side) = prev, node
-            if a_side == _OUT and b_side == _IN and a != b:  # channel a -> b gains flow
+            if prev == source and multi_src:  # the virtual source's arc to source router b
+                from_source.add(b)
+            elif node == sink and multi_dst:  # sink router a's arc to the virtual sink
+                to_sink.add(a)
+            elif a_side == _OUT and b_side == _IN and a != b:  # channel a -> b gains flow
                 used_out.setdefault(a, set()).add(b)
                 used_in.setdefault(b, set()).add(a)
             elif a_side == _IN and b_side == _OUT and a != b:  # channel b -> a is cancelled
@@ -199,7 +243,7 @@ def disjoint_path_sets(
             else:  # split arc cancelled: a_out -> a_in
                 busy.discard(a)
             node = prev
-        yield _decompose(topology, src, dst, used_out, forwarding_ms)
+        yield _decompose(topology, srcs, dst_set, used_out, forwarding_ms)
 
 
 def _relax(
@@ -222,34 +266,39 @@ def _relax(
 
 
 def _decompose(
-    topology: Topology, src: str, dst: str, used_out: dict[str, set[str]], forwarding_ms: float
+    topology: Topology, srcs: tuple[str, ...], dsts: frozenset[str], used_out: dict[str, set[str]],
+    forwarding_ms: float,
 ) -> tuple[Path, ...]:
-    """Split the unit flow into its paths: every interior router has exactly one used out-channel."""
+    """Split the unit flow into its paths: every interior router has exactly one used out-channel.
+    A source router of several starts at most one path; the one source router of a single end, all."""
     paths = []
-    for first in used_out.get(src, ()):
-        routers = [src, first]
-        while routers[-1] != dst:
-            (nxt,) = used_out[routers[-1]]
-            routers.append(nxt)
-        route = tuple(routers)
-        paths.append(Path(route, path_latency(topology, route, forwarding_ms=forwarding_ms)))
+    for s in srcs:
+        for first in used_out.get(s, ()):
+            routers = [s, first]
+            while routers[-1] not in dsts:
+                (nxt,) = used_out[routers[-1]]
+                routers.append(nxt)
+            route = tuple(routers)
+            paths.append(Path(route, path_latency(topology, route, forwarding_ms=forwarding_ms)))
     paths.sort(key=lambda p: (p.latency_ms, p.routers))
     return tuple(paths)
 
 
 def latencies_from(
     topology: Topology,
-    origin: str,
+    origin: Ends,
     *,
     reverse: bool = False,
     usable: Usable | None = None,
     forwarding_ms: float = DEFAULT_FORWARDING_MS,
 ) -> dict[str, float]:
-    """Least latency from ``origin`` to every reachable router (to ``origin`` if ``reverse``), both ends counted."""
+    """Least latency from ``origin`` (the nearest of several) to every reachable router (to ``origin``
+    if ``reverse``), both ends counted."""
     ok = _always if usable is None else usable
-    dist: dict[str, float] = {origin: forwarding_ms}
+    origins = ends(origin)
+    dist: dict[str, float] = {o: forwarding_ms for o in origins}
     done: set[str] = set()
-    heap: list[tuple[float, str]] = [(forwarding_ms, origin)]
+    heap: list[tuple[float, str]] = [(forwarding_ms, o) for o in origins]
     while heap:
         d, u = heapq.heappop(heap)
         if u in done:
@@ -265,8 +314,8 @@ def latencies_from(
 
 def within_bound(
     topology: Topology,
-    src: str,
-    dst: str,
+    src: Ends,
+    dst: Ends,
     bound_ms: float,
     *,
     usable: Usable | None = None,
@@ -295,8 +344,8 @@ def within_bound(
 
 def disjoint_paths(
     topology: Topology,
-    src: str,
-    dst: str,
+    src: Ends,
+    dst: Ends,
     k: int,
     *,
     usable: Usable | None = None,

@@ -98,11 +98,12 @@ class QoSBrokerServicer(ModesServicerMixin, FloodingServicerMixin, CondensationS
             self.broker.bind_identity(context, request.name, field="name")
             cid, restarted = await self.broker.register_client(request.name, kind, request.edge_router,
                                                                request.host, request.port,
-                                                               first_time=request.first_time)
+                                                               first_time=request.first_time, also=request.also)
             ep = self.broker.state.endpoints[request.edge_router]
             return pb.RegisterClientReply(client_id=cid, event_host=ep.event_host, event_port=ep.event_port,
                                           current_mode=self.broker.current_mode, restarted=restarted,
-                                          channel_key=self.broker.client_key(request.edge_router, cid))
+                                          channel_key=self.broker.client_key(request.edge_router, cid),
+                                          edge_router_id=ep.router_id)
         return await self._run(context, call)
 
     async def UnregisterClient(self, request: pb.UnregisterClientRequest, context: Any) -> pb.UnregisterClientReply:

@@ -24,7 +24,8 @@ import itertools
 import math
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from gridstat import condensation
 from gridstat.broker import allocation as alloc
@@ -50,6 +51,19 @@ class RouterEndpoint:
     event_port: int
 
 
+#: Edge routers one client may be attached at (its first and the ones it added, docs/redundancy.md).
+MAX_EDGE_ROUTERS = 4
+
+
+@dataclass(frozen=True)
+class Attachment:
+    """One more edge router a multi-homed client is attached at, and (subscribers) where it sends."""
+
+    edge_router: str
+    host: str = ""
+    port: int = 0
+
+
 @dataclass(frozen=True)
 class Client:
     name: str
@@ -58,11 +72,32 @@ class Client:
     edge_router: str
     host: str = ""
     port: int = 0
+    #: The edge routers it is attached at besides ``edge_router`` (a multi-homed client: its paths
+    #: start or end at different edge routers, docs/redundancy.md "Multi-homed clients").
+    also: tuple[Attachment, ...] = ()
 
     @property
     def channel(self) -> str:
         prefix = PUBLISHER_CHANNEL_PREFIX if self.kind == "publisher" else SUBSCRIBER_CHANNEL_PREFIX
         return prefix + self.name
+
+    @property
+    def edge_routers(self) -> tuple[str, ...]:
+        """Every edge router it is attached at, its first one first."""
+        return (self.edge_router, *(a.edge_router for a in self.also))
+
+    def address_at(self, router: str) -> tuple[str, int]:
+        """Where its events go from ``router`` (subscribers; publishers have no address)."""
+        for a in self.also:
+            if a.edge_router == router:
+                return a.host, a.port
+        return self.host, self.port
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Client:
+        """A stored client (``dataclasses.asdict`` of one)."""
+        also = tuple(Attachment(**a) for a in d.get("also", ()))
+        return cls(d["name"], d["kind"], d["client_id"], d["edge_router"], d.get("host", ""), d.get("port", 0), also)
 
 
 @dataclass(frozen=True)
@@ -113,6 +148,17 @@ class SubscriptionRecord:
     #: Admitted by the admission controller with only part of its rate guaranteed (percentage policy):
     #: its routes are best effort, shed before guaranteed ones (docs/admission.md).
     best_effort: bool = False
+    #: Every edge router of a multi-homed publisher or subscriber when admitted, the one above first
+    #: (docs/redundancy.md, "Multi-homed clients"); empty for a single one.
+    publisher_routers: tuple[str, ...] = ()
+    subscriber_routers: tuple[str, ...] = ()
+
+    def reserved_last_channel(self, router: str) -> str:
+        """The last hop's resource at ``router`` as reservations name it (``SubscriptionRequest.last_channel``)."""
+        if self.exit_channel:
+            return self.exit_channel
+        base = SUBSCRIBER_CHANNEL_PREFIX + self.subscriber
+        return base if router == self.edge_router else f"{base}@{router}"
 
 
 @dataclass(frozen=True)
@@ -190,16 +236,36 @@ class CloudState:
             raise Unauthorized(f"{kind} {name!r} is not registered with cloud {self.name!r}",
                                field=kind) from None
 
-    def register_client(self, name: str, kind: str, edge_router: str, host: str, port: int) -> Client:
+    def register_client(self, name: str, kind: str, edge_router: str, host: str, port: int, *,
+                        also: bool = False) -> Client:
+        """Register a client at its (first) edge router, or with ``also`` attach a registered one at
+        one more (a multi-homed client, docs/redundancy.md). A client registered again at its first
+        edge router keeps its other attachments; at another, that one becomes its first."""
         if edge_router not in self.endpoints or self.topology.router(edge_router).role is not RouterRole.EDGE:
             raise Unauthorized(f"{edge_router!r} is not an edge router of cloud {self.name!r}", field="edge_router")
         if kind == "subscriber" and not (host and 0 < port < 65536):
             raise ValidationError(f"subscriber {name!r} needs a host and port for its events", field="port")
         old = self.clients.get((kind, name))
+        if also:
+            if old is None:
+                raise Unauthorized(f"{kind} {name!r} must register at its first edge router before it attaches "
+                                   f"at {edge_router!r}", field="also")
+            if edge_router == old.edge_router:
+                client = replace(old, host=host, port=port)
+            else:
+                others = [a for a in old.also if a.edge_router != edge_router]
+                if len(others) + 2 > MAX_EDGE_ROUTERS:
+                    raise ValidationError(f"{kind} {name!r} is attached at {len(old.edge_routers)} edge routers "
+                                          f"({', '.join(old.edge_routers)}); at most {MAX_EDGE_ROUTERS}",
+                                          field="edge_router")
+                client = replace(old, also=(*others, Attachment(edge_router, host, port)))
+            self.clients[(kind, name)] = client
+            return client
         client_id = old.client_id if old is not None else self.next_client_id
         if old is None:
             self.next_client_id += 1
-        client = Client(name, kind, client_id, edge_router, host, port)
+        kept = tuple(a for a in old.also if a.edge_router != edge_router) if old is not None else ()
+        client = Client(name, kind, client_id, edge_router, host, port, kept)
         self.clients[(kind, name)] = client
         return client
 
@@ -210,16 +276,21 @@ class CloudState:
         return res
 
     # -- admission (dissertation 3.1: RoutingAlgo per mode and per redundant path) ----------
-    def allowed(self, mode: int, variable_id: int, publisher_router: str, subscriber_router: str,
-                redundancy: int) -> Usable:
+    def allowed(self, mode: int, variable_id: int, publisher_routers: str | tuple[str, ...],
+                subscriber_routers: str | tuple[str, ...], redundancy: int) -> Usable:
+        """Channels a new path of the variable may use: none into its publisher's edge routers, none
+        touching a router that is down, and the per-variable tree rule (one parent per router), which
+        a redundant subscription's own edge routers are exempt from."""
         parents = self._parents.get((mode, variable_id), {})
         down = self.down
+        pubs = frozenset((publisher_routers,) if isinstance(publisher_routers, str) else publisher_routers)
+        subs = frozenset((subscriber_routers,) if isinstance(subscriber_routers, str) else subscriber_routers)
 
         def ok(ch: Channel) -> bool:
-            if ch.src in down or ch.dst in down or ch.dst == publisher_router:
+            if ch.src in down or ch.dst in down or ch.dst in pubs:
                 return False
             ps = parents.get(ch.dst)
-            return not ps or ch.src in ps or (redundancy > 1 and ch.dst == subscriber_router)
+            return not ps or ch.src in ps or (redundancy > 1 and ch.dst in subs)
 
         return ok
 
@@ -236,13 +307,27 @@ class CloudState:
             raise DuplicateName(f"{subscriber!r} already subscribes to {var.full_name!r} "
                                 f"({existing}); change it instead", field="variable")
         publisher = self.client("publisher", var.publisher)
+        sinks = self.subscriber_edges(subscriber, edge_router)
         return self.admit_path(subscription_id, subscriber, var.full_name, var.variable_id,
-                               var.effective_interval_ms, var.alert, qos, publisher.edge_router, edge_router)
+                               var.effective_interval_ms, var.alert, qos, publisher.edge_router, sinks[0],
+                               from_routers=publisher.edge_routers, to_routers=sinks)
+
+    def subscriber_edges(self, subscriber: str, edge_router: str) -> tuple[str, ...]:
+        """Where a subscription of ``subscriber`` made at ``edge_router`` ends: every edge router of a
+        multi-homed subscriber attached there (its first one first), else ``edge_router``."""
+        client = self.clients.get(("subscriber", subscriber))
+        if client is not None and client.also and edge_router in client.edge_routers:
+            return client.edge_routers
+        return (edge_router,)
 
     def admit_path(self, subscription_id: str, subscriber: str, variable: str, variable_id: int,
                    pub_interval_ms: int, alert: bool, qos: Iterable[ModeQoS], from_router: str, to_router: str,
-                   *, exit_channel: str = "", segment: bool = False) -> SubscriptionRecord:
-        """Admit paths from ``from_router`` to ``to_router`` (a subscription, or an inter-cloud segment)."""
+                   *, exit_channel: str = "", segment: bool = False, from_routers: tuple[str, ...] = (),
+                   to_routers: tuple[str, ...] = ()) -> SubscriptionRecord:
+        """Admit paths from ``from_router`` to ``to_router`` (a subscription, or an inter-cloud segment);
+        ``from_routers``/``to_routers``: every edge router of a multi-homed end, that one first."""
+        from_routers = from_routers if len(from_routers) > 1 else ()
+        to_routers = to_routers if len(to_routers) > 1 else ()
         qos = tuple(qos)
         if not qos:
             raise ValidationError("a subscription needs QoS for at least one mode", field="qos")
@@ -258,14 +343,16 @@ class CloudState:
         label = f"{to_router}.{exit_channel}" if exit_channel else subscriber
         planned: list[tuple[ModeQoS, alloc.Allocation]] = []
         for q in qos:
-            request = self._request(subscription_id, label, variable_id, pub_interval_ms, q, from_router, to_router)
-            allowed = self.allowed(q.mode, variable_id, from_router, to_router, q.redundancy)
+            request = self._request(subscription_id, label, variable_id, pub_interval_ms, q, from_router, to_router,
+                                    from_routers, to_routers)
+            allowed = self.allowed(q.mode, variable_id, request.sources, request.sinks, q.redundancy)
             planned.append((q, alloc.plan_subscription(self.topology, self.reservations(q.mode), request,
                                                        forwarding_ms=self.forwarding_ms, allowed=allowed)))
         self.version += 1
         record = SubscriptionRecord(
             subscription_id, subscriber, variable, variable_id, pub_interval_ms, alert, to_router, from_router, qos,
-            tuple((q.mode, a.paths) for q, a in planned), self.version, exit_channel, segment)
+            tuple((q.mode, a.paths) for q, a in planned), self.version, exit_channel, segment,
+            publisher_routers=from_routers, subscriber_routers=to_routers)
         committed: list[int] = []
         try:
             for q, a in planned:
@@ -283,7 +370,8 @@ class CloudState:
         label = f"{record.edge_router}.{record.exit_channel}" if record.exit_channel else record.subscriber
         for q, (mode, paths) in zip(record.qos, record.paths, strict=True):
             request = self._request(record.subscription_id, label, record.variable_id, record.pub_interval_ms, q,
-                                    record.publisher_router, record.edge_router)
+                                    record.publisher_router, record.edge_router, record.publisher_routers,
+                                    record.subscriber_routers)
             a = alloc.allocation_for_paths(self.topology, self.reservations(mode), request, paths)
             alloc.commit(self.reservations(mode), a)
         self._index(record, +1)
@@ -299,9 +387,11 @@ class CloudState:
         return record
 
     def _request(self, sid: str, subscriber: str, variable_id: int, pub_interval_ms: int, q: ModeQoS,
-                 pub_router: str, sub_router: str) -> alloc.SubscriptionRequest:
+                 pub_router: str, sub_router: str, pub_routers: tuple[str, ...] = (),
+                 sub_routers: tuple[str, ...] = ()) -> alloc.SubscriptionRequest:
         return alloc.SubscriptionRequest(sid, variable_id, pub_router, sub_router, subscriber, pub_interval_ms,
-                                         q.interval_ms, q.latency_ms, q.redundancy, q.priority)
+                                         q.interval_ms, q.latency_ms, q.redundancy, q.priority,
+                                         publisher_routers=pub_routers, subscriber_routers=sub_routers)
 
     def _index(self, record: SubscriptionRecord, sign: int) -> None:
         for mode, paths in record.paths:
@@ -340,7 +430,7 @@ class CloudState:
             if ep is not None:
                 out[neighbour] = DesiredChannel(neighbour, ep.router_id, "router", ep.event_host, ep.event_port)
         for c in self.clients_at(router):
-            out[c.channel] = self._client_channel(c)
+            out[c.channel] = self._client_channel(c, router)
         for f in self.foreign.values():
             if f.border_router == router:
                 out[f.foreign_router] = DesiredChannel(f.foreign_router, f.foreign_id, "router", f.host, f.port,
@@ -348,18 +438,20 @@ class CloudState:
         return sorted(out.values(), key=lambda d: d.name)
 
     def clients_at(self, router: str) -> list[Client]:
-        return [c for c in self.clients.values() if c.edge_router == router]
+        """The clients attached at ``router``, as their first edge router or one more."""
+        return [c for c in self.clients.values() if c.edge_router == router or (c.also and router in c.edge_routers)]
 
     def desired_channel(self, router: str, name: str) -> DesiredChannel:
         """The desired channel of one client (cheap: no scan of the router's neighbours)."""
         for c in self.clients.values():
-            if c.channel == name and c.edge_router == router:
-                return self._client_channel(c)
+            if c.channel == name and router in c.edge_routers:
+                return self._client_channel(c, router)
         raise NotFound(f"router {router!r} should have no channel {name!r}", field="channel")
 
-    def _client_channel(self, c: Client) -> DesiredChannel:
+    def _client_channel(self, c: Client, router: str) -> DesiredChannel:
         flood_all = c.kind == "subscriber" and c.name in self.flood_all
-        return DesiredChannel(c.channel, c.client_id, c.kind, c.host, c.port, flood_all=flood_all)
+        host, port = c.address_at(router)
+        return DesiredChannel(c.channel, c.client_id, c.kind, host, port, flood_all=flood_all)
 
     def desired_routes(self, router: str) -> list[DesiredRoute]:
         out: list[DesiredRoute] = []

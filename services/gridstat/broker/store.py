@@ -70,6 +70,7 @@ def record_to_json(r: SubscriptionRecord) -> dict[str, Any]:
         "paths": [[mode, [{"routers": list(p.routers), "latency_ms": p.latency_ms} for p in paths]]
                   for mode, paths in r.paths],
         "version": r.version, "exit_channel": r.exit_channel, "segment": r.segment, "best_effort": r.best_effort,
+        "publisher_routers": list(r.publisher_routers), "subscriber_routers": list(r.subscriber_routers),
     }
 
 
@@ -78,7 +79,8 @@ def record_from_json(d: dict[str, Any]) -> SubscriptionRecord:
         d["subscription_id"], d["subscriber"], d["variable"], d["variable_id"], d["pub_interval_ms"], d["alert"],
         d["edge_router"], d["publisher_router"], tuple(ModeQoS(**q) for q in d["qos"]),
         tuple((mode, tuple(Path(tuple(p["routers"]), p["latency_ms"]) for p in paths)) for mode, paths in d["paths"]),
-        d["version"], d.get("exit_channel", ""), d.get("segment", False), d.get("best_effort", False))
+        d["version"], d.get("exit_channel", ""), d.get("segment", False), d.get("best_effort", False),
+        tuple(d.get("publisher_routers", ())), tuple(d.get("subscriber_routers", ())))
 
 
 def prepare_private_file(path: str) -> None:

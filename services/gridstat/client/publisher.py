@@ -6,6 +6,11 @@ the seed, NTP/PTP here, README "Clocks") so that Function 4.1 keeps or drops rel
 a set (4.1); the application may pass its own (GPS) timestamp instead. Publishing never blocks
 the caller: a full socket buffer drops the datagram and counts it (``stats.dropped``).
 
+A multi-homed publisher (``also_edges``, docs/redundancy.md "Multi-homed clients") is attached at
+more edge routers and sends every datagram to each, signed with each edge's channel key: the
+broker then plans a subscription's redundant paths from different edge routers, so restarting one
+of them loses nothing.
+
 Alerts (2.1.3) carry ``FLAG_ALERT`` and are rate-limited by their ``min_interval_ms``. We chose
 to *raise* ``AlertTooEarly`` (retriable) for an alert sent too soon rather than drop it silently:
 an alert is rare and important, so the application must learn that it was not sent.
@@ -36,10 +41,21 @@ class AlertTooEarly(GridStatError):
 
 @dataclass
 class PublisherStats:
-    published: int = 0  # events handed to the socket
-    dropped: int = 0  # events lost to a full socket buffer or a send error
+    published: int = 0  # events handed to the socket (towards at least one edge router)
+    dropped: int = 0  # events lost to a full socket buffer or a send error (towards every edge router)
     datagrams: int = 0
     alerts_rejected: int = 0
+    #: Datagrams a multi-homed publisher could not send to one of its edge routers (others took them).
+    edge_send_errors: int = 0
+
+
+@dataclass
+class EdgeLeg:
+    """One more edge router of a multi-homed publisher: its session, event address and channel key."""
+
+    session: EdgeSession
+    address: tuple[str, int]
+    key: bytes | None
 
 
 class PublicationHandle:
@@ -113,13 +129,18 @@ class Publisher:
         #: The management-plane session of a publisher made by ``connect`` (None when built directly).
         self.session: EdgeSession | None = None
         self._owns_session = False
+        #: The other edge routers of a multi-homed publisher (``connect(also_edges=...)``).
+        self.legs: list[EdgeLeg] = []
 
     @classmethod
     async def connect(cls, name: str, edge_control: str, *, tls: TlsFiles | None = None, first_time: bool = True,
-                      mtu: int = wire.DEFAULT_MTU, session: EdgeSession | None = None) -> Publisher:
+                      mtu: int = wire.DEFAULT_MTU, session: EdgeSession | None = None,
+                      also_edges: Sequence[str] = ()) -> Publisher:
         """Register with the leaf broker through the edge router at ``edge_control`` (its control
         port, ``host:port``), learn the client id and the edge's event address, and start.
-        ``first_time=True`` (after a crash) drops what the broker held for this publisher (3.7)."""
+        ``first_time=True`` (after a crash) drops what the broker held for this publisher (3.7).
+        ``also_edges``: control ports of more edge routers to attach at and send every event to
+        (multi-homed; docs/redundancy.md)."""
         check_name(name, what="publisher")
         owns = session is None
         sess = EdgeSession(edge_control, tls=tls) if session is None else session
@@ -133,8 +154,31 @@ class Publisher:
             raise
         pub.session = sess
         pub._owns_session = owns
+        try:
+            for control in also_edges:
+                await pub.attach(control, tls=tls)
+        except BaseException:
+            await pub.stop()
+            raise
         await pub.start()
         return pub
+
+    async def attach(self, edge_control: str, *, tls: TlsFiles | None = None) -> EdgeLeg:
+        """Attach at one more edge router (its control port) and send every event there too."""
+        sess = EdgeSession(edge_control, tls=tls)
+        try:
+            client_id, address = await sess.register_publisher(self.name, also=True)
+            if client_id != self.publisher_id:
+                raise ValidationError(f"edge router {edge_control} gave publisher {self.name} id {client_id}, its "
+                                      f"first edge router {self.publisher_id}: they serve different clouds",
+                                      field="also_edges")
+        except BaseException:
+            await sess.close()
+            raise
+        key = sess.channel_keys.get(("publisher", self.name))
+        leg = EdgeLeg(sess, address, wire.check_key(key) if key else None)
+        self.legs.append(leg)
+        return leg
 
     async def register(self, variable: str, type: TypeSpec, interval_ms: int, *, priority: int = PRIORITY_HIGH,
                        alert: bool = False, min_interval_ms: int = 0, first_time: bool = True) -> PublicationHandle:
@@ -165,9 +209,16 @@ class Publisher:
         if self.session is None:
             raise ValidationError(f"publisher {self.name} has no edge session; use Publisher.connect",
                                   field="session")
+        moved = False
+        for leg in self.legs:  # each edge router of a multi-homed publisher, independently
+            with contextlib.suppress(GridStatError):
+                _, address = await leg.session.register_publisher(self.name, also=True)
+                if address != leg.address:
+                    key = leg.session.channel_keys.get(("publisher", self.name))
+                    leg.address, leg.key, moved = address, (wire.check_key(key) if key else None), True
         _, event_address = await self.session.register_publisher(self.name, first_time=False)
         if event_address == self.edge:
-            return False
+            return moved
         self.edge = event_address
         key = self.session.channel_keys.get(("publisher", self.name))
         self.key = wire.check_key(key) if key else None
@@ -178,6 +229,9 @@ class Publisher:
             self._sock.close()
         self._state = "stopped"
         self._stopping.set()
+        legs, self.legs = self.legs, []
+        for leg in legs:
+            await leg.session.close()
         if self.session is not None and self._owns_session:
             self._owns_session = False
             await self.session.close()
@@ -213,14 +267,25 @@ class Publisher:
         if sock is None or self._state != "started":
             raise ValidationError(f"publisher {self.name} is not started", field="state")
         key = self.key
-        for batch in wire.pack_events(events, mtu=self.mtu if key is None else self.mtu - wire.AUTH_TAG_LEN):
+        legs = self.legs
+        keyed = key is not None or (bool(legs) and any(leg.key is not None for leg in legs))
+        for batch in wire.pack_events(events, mtu=self.mtu - wire.AUTH_TAG_LEN if keyed else self.mtu):
             self._sequence = (self._sequence + 1) & 0xFFFF_FFFF
-            data = wire.encode_datagram(self.publisher_id, self._sequence, batch)
-            if key is not None:
-                data = wire.sign_datagram(key, data)
+            plain = wire.encode_datagram(self.publisher_id, self._sequence, batch)
+            sent = False
             try:
-                sock.sendto(data, self.edge)
+                sock.sendto(wire.sign_datagram(key, plain) if key is not None else plain, self.edge)
+                sent = True
             except OSError:  # BlockingIOError (buffer full) or ICMP refusal: never block, count
+                if legs:
+                    self.stats.edge_send_errors += 1
+            for leg in legs:  # a multi-homed publisher: the same datagram to each edge router, its own tag
+                try:
+                    sock.sendto(wire.sign_datagram(leg.key, plain) if leg.key is not None else plain, leg.address)
+                    sent = True
+                except OSError:
+                    self.stats.edge_send_errors += 1
+            if not sent:
                 self.stats.dropped += len(batch)
                 continue
             self.stats.published += len(batch)

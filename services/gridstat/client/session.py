@@ -304,6 +304,8 @@ class EdgeSession:
         self.current_mode = 0
         #: Event channel keys the broker handed out (``--channel-auth all``), by (kind, client name).
         self.channel_keys: dict[tuple[str, str], bytes] = {}
+        #: The router id of this edge router: the sender id of its datagrams to a subscriber.
+        self.edge_router_id = 0
         self.backoff_base_s = backoff_base_s
         #: Follows its certificate files: a renewed client certificate is used without a restart.
         self._client = ClientChannel(edge_control, tls, _CHANNEL_OPTIONS)
@@ -331,23 +333,30 @@ class EdgeSession:
         raise AssertionError("unreachable")  # pragma: no cover
 
     # -- clients ----------------------------------------------------------------------------------
-    async def register_publisher(self, name: str, first_time: bool = True) -> tuple[int, tuple[str, int]]:
+    async def register_publisher(self, name: str, first_time: bool = True, *,
+                                 also: bool = False) -> tuple[int, tuple[str, int]]:
         """Register a publisher; returns its client id (the sender id of its datagrams) and the
-        edge router's event address it must send to."""
+        edge router's event address it must send to. ``also``: a registered publisher attaches at
+        this edge router too (multi-homed, docs/redundancy.md); nothing it holds is dropped."""
         check_name(name, what="publisher")
         reply: bpb.RegisterClientReply = await self._call("RegisterClient", bpb.RegisterClientRequest(
-            name=name, kind=bpb.CLIENT_KIND_PUBLISHER, first_time=first_time))
+            name=name, kind=bpb.CLIENT_KIND_PUBLISHER, first_time=first_time and not also, also=also))
         self.channel_keys[("publisher", name)] = reply.channel_key
+        self.edge_router_id = reply.edge_router_id
         return reply.client_id, (reply.event_host or self.edge_host, reply.event_port)
 
-    async def register_subscriber(self, name: str, address: tuple[str, int], first_time: bool = True) -> int:
-        """Register a subscriber whose events go to ``address`` (its UDP socket); returns its client id."""
+    async def register_subscriber(self, name: str, address: tuple[str, int], first_time: bool = True, *,
+                                  also: bool = False) -> int:
+        """Register a subscriber whose events go to ``address`` (its UDP socket); returns its client id.
+        ``also``: a registered subscriber attaches at this edge router too (multi-homed)."""
         check_name(name, what="subscriber")
         host, port = address
         reply: bpb.RegisterClientReply = await self._call("RegisterClient", bpb.RegisterClientRequest(
-            name=name, kind=bpb.CLIENT_KIND_SUBSCRIBER, host=host, port=port, first_time=first_time))
+            name=name, kind=bpb.CLIENT_KIND_SUBSCRIBER, host=host, port=port, first_time=first_time and not also,
+            also=also))
         self.current_mode = reply.current_mode
         self.channel_keys[("subscriber", name)] = reply.channel_key
+        self.edge_router_id = reply.edge_router_id
         return reply.client_id
 
     async def unregister_publisher(self, name: str) -> int:

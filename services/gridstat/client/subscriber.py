@@ -7,6 +7,11 @@ EAGAIN (docs/benchmarks.md). Peer input never raises out of the loop: a bad data
 by its ``DropReason`` and a failing user callback is logged and counted (issue 2, "Bad input").
 One monitor task per subscriber checks every subscription's next deadline on a short tick; that
 is GridStat's QoS-violation callback model (2.1.5).
+
+A multi-homed subscriber (``also_edges``, docs/redundancy.md "Multi-homed clients") registers the
+same socket at more edge routers: a subscription's redundant paths then end at different edge
+routers, each signing with its own channel key (picked by the datagram's sender id), and the
+subscription's duplicate window keeps one copy of each event.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import logging
 import socket
 import struct
 from collections import Counter, deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,6 +75,8 @@ class Subscriber:
         #: notices) must carry a valid tag and a fresh sequence number (per sending router), or it is
         #: dropped as auth_failed/replayed.
         self.key = wire.check_key(key) if key is not None else None
+        #: A multi-homed subscriber's channel keys by sender id (edge router id); None: ``key`` for all.
+        self._keys: dict[int, bytes] | None = None
         self._replay: dict[int, wire.ReplayWindow] = {}
         self._bind = (host, port)
         self._buffer = socket_buffer_bytes
@@ -93,14 +100,18 @@ class Subscriber:
         self.next_mode: int | None = None
         self.on_mode_change: Callable[[str, int, int], None] | None = None
         self._notices: deque[tuple[int, int]] = deque(maxlen=16)
+        #: Sessions with the other edge routers of a multi-homed subscriber.
+        self.also_sessions: list[EdgeSession] = []
 
     @classmethod
     async def connect(cls, name: str, edge_control: str, *, tls: TlsFiles | None = None, first_time: bool = True,
                       host: str = "127.0.0.1", port: int = 0, session: EdgeSession | None = None,
-                      **kwargs: Any) -> Subscriber:
+                      also_edges: Sequence[str] = (), **kwargs: Any) -> Subscriber:
         """Start the UDP socket and register its address with the leaf broker through the edge router
         at ``edge_control`` (``host:port`` of its control port); the broker's client id becomes
-        ``subscriber_id``. ``first_time=True`` (after a crash) drops what the broker held (3.7)."""
+        ``subscriber_id``. ``first_time=True`` (after a crash) drops what the broker held (3.7).
+        ``also_edges``: control ports of more edge routers to attach the same socket at
+        (multi-homed; docs/redundancy.md)."""
         sub = cls(name, 1, host, port, **kwargs)  # id 1 until the broker assigns one
         owns = session is None
         sess = EdgeSession(edge_control, tls=tls) if session is None else session
@@ -117,10 +128,36 @@ class Subscriber:
             key = sess.channel_keys.get(("subscriber", name))
             if key:
                 sub.key = wire.check_key(key)
+            for control in also_edges:
+                await sub.attach(control, tls=tls)
         except BaseException:
             await sub.stop()
             raise
         return sub
+
+    async def attach(self, edge_control: str, *, tls: TlsFiles | None = None) -> None:
+        """Attach this subscriber's socket at one more edge router (its control port)."""
+        if self.session is None:
+            raise ValidationError(f"subscriber {self.name} has no edge session; use Subscriber.connect",
+                                  field="session")
+        sess = EdgeSession(edge_control, tls=tls)
+        try:
+            client_id = await sess.register_subscriber(self.name, self.address, also=True)
+            if client_id != self.subscriber_id:
+                raise ValidationError(f"edge router {edge_control} gave subscriber {self.name} id {client_id}, its "
+                                      f"first edge router {self.subscriber_id}: they serve different clouds",
+                                      field="also_edges")
+        except BaseException:
+            await sess.close()
+            raise
+        self.also_sessions.append(sess)
+        key = sess.channel_keys.get(("subscriber", self.name))
+        if key or self.key is not None:
+            keys = self._keys if self._keys is not None else {self.session.edge_router_id: self.key or b""}
+            keys[sess.edge_router_id] = wire.check_key(key) if key else b""
+            self._keys = keys
+            if self.key is None:  # a keyed leg turns verification on for all: an unkeyed one then fails
+                self.key = keys[sess.edge_router_id]
 
     async def subscribe_remote(self, variable_full_name: str, type: TypeSpec, *, interval_ms: int, latency_ms: int,
                                redundancy: int = 1, priority: int = PRIORITY_HIGH, mode: int = 0,
@@ -221,6 +258,9 @@ class Subscriber:
         self._monitor = create_guarded_task(self._watch(), name=f"{self.name}-qos-monitor")
 
     async def stop(self) -> None:
+        others, self.also_sessions = self.also_sessions, []
+        for sess in others:
+            await sess.close()
         if self.session is not None and self._owns_session:
             self._owns_session = False
             await self.session.close()
@@ -311,7 +351,10 @@ class Subscriber:
         stats.datagrams += 1
         key = self.key
         if key is not None:  # events and control datagrams (mode, shed notices) alike
-            if not wire.verify_datagram(key, data):
+            keys = self._keys
+            if keys is not None:  # multi-homed: the sending edge router's key
+                key = keys.get(_SENDER_SEQ.unpack_from(data, 4)[0], b"") if len(data) >= 12 else b""
+            if not key or not wire.verify_datagram(key, data):
                 stats.drops[_AUTH_FAILED] += 1
                 return
             sender, seq = _SENDER_SEQ.unpack_from(data, 4)

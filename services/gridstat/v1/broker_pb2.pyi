@@ -447,6 +447,7 @@ class RegisterClientRequest(_message.Message):
     HOST_FIELD_NUMBER: _builtins.int
     PORT_FIELD_NUMBER: _builtins.int
     FIRST_TIME_FIELD_NUMBER: _builtins.int
+    ALSO_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     kind: Global___ClientKind.ValueType
     edge_router: _builtins.str
@@ -455,6 +456,10 @@ class RegisterClientRequest(_message.Message):
     """subscribers: where the edge router sends events"""
     port: _builtins.int
     first_time: _builtins.bool
+    also: _builtins.bool
+    """attach a registered client at this edge router too (a multi-homed client, docs/redundancy.md):
+    its paths start (publishers) or end (subscribers) at different edge routers; nothing is dropped
+    """
     def __init__(
         self,
         *,
@@ -464,10 +469,11 @@ class RegisterClientRequest(_message.Message):
         host: _builtins.str = ...,
         port: _builtins.int = ...,
         first_time: _builtins.bool = ...,
+        also: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["edge_router", b"edge_router", "first_time", b"first_time", "host", b"host", "kind", b"kind", "name", b"name", "port", b"port"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["also", b"also", "edge_router", b"edge_router", "first_time", b"first_time", "host", b"host", "kind", b"kind", "name", b"name", "port", b"port"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -483,6 +489,7 @@ class RegisterClientReply(_message.Message):
     CURRENT_MODE_FIELD_NUMBER: _builtins.int
     RESTARTED_FIELD_NUMBER: _builtins.int
     CHANNEL_KEY_FIELD_NUMBER: _builtins.int
+    EDGE_ROUTER_ID_FIELD_NUMBER: _builtins.int
     client_id: _builtins.int
     """the sender id a publisher writes into its datagrams"""
     event_host: _builtins.str
@@ -493,6 +500,8 @@ class RegisterClientReply(_message.Message):
     """the broker held state for this client and removed it (first_time)"""
     channel_key: _builtins.bytes
     """the key of the client's event channel at its edge router; empty = unauthenticated"""
+    edge_router_id: _builtins.int
+    """the sender id of that edge router's datagrams to a subscriber"""
     def __init__(
         self,
         *,
@@ -502,10 +511,11 @@ class RegisterClientReply(_message.Message):
         current_mode: _builtins.int = ...,
         restarted: _builtins.bool = ...,
         channel_key: _builtins.bytes = ...,
+        edge_router_id: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["channel_key", b"channel_key", "client_id", b"client_id", "current_mode", b"current_mode", "event_host", b"event_host", "event_port", b"event_port", "restarted", b"restarted"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["channel_key", b"channel_key", "client_id", b"client_id", "current_mode", b"current_mode", "edge_router_id", b"edge_router_id", "event_host", b"event_host", "event_port", b"event_port", "restarted", b"restarted"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

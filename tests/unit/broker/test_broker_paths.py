@@ -145,3 +145,85 @@ def test_bound_pruning_keeps_every_channel_of_every_path_within_the_bound(seed: 
     expected = None if best is None else pytest.approx(best.latency_ms)
     assert latencies_from(topo, src, forwarding_ms=1).get(dst) == expected
     assert latencies_from(topo, dst, reverse=True, forwarding_ms=1).get(src) == expected
+
+
+def brute_force_multi(topo: Topology, srcs: tuple[str, ...], dsts: tuple[str, ...], k: int, fwd: float,
+                      allowed: set[str]) -> tuple[int, float]:
+    """Brute force for multi-homed ends: paths from any source router to any sink router that pass
+    through no other end router; a set shares no router with another path of the set, except the one
+    router of a single-router end (module docstring of broker.paths)."""
+    shared = set(srcs if len(srcs) == 1 else ()) | set(dsts if len(dsts) == 1 else ())
+    ends_ = set(srcs) | set(dsts)
+    paths = []
+    for s in srcs:
+        for t in dsts:
+            for p in simple_paths(topo, s, t, allowed):
+                if not set(p[1:-1]) & ends_:
+                    paths.append((path_latency(topo, p, forwarding_ms=fwd), frozenset(p) - shared))
+    best: dict[int, float] = {0: 0.0}
+
+    def extend(start: int, used: frozenset[str], count: int, total: float) -> None:
+        if total < best.get(count, float("inf")):
+            best[count] = total
+        if count == k:
+            return
+        for i in range(start, len(paths)):
+            latency, routers = paths[i]
+            if not routers & used:
+                extend(i + 1, used | routers, count + 1, total + latency)
+
+    extend(0, frozenset(), 0, 0.0)
+    j = max(best)
+    return j, best[j]
+
+
+@pytest.mark.parametrize("seed", range(120))
+def test_multi_homed_ends_get_fully_disjoint_paths_optimal_against_brute_force(seed: int) -> None:
+    rng = random.Random(seed)
+    topo = random_graph(rng, rng.randint(5, 8))
+    names = list(topo.routers)
+    picked = rng.sample(names, 4)
+    srcs = tuple(picked[:rng.choice((1, 2, 2))])
+    dsts = tuple(picked[2:2 + rng.choice((1, 2, 2))])
+    if len(srcs) == 1 and len(dsts) == 1:
+        dsts = tuple(picked[2:4])
+    fwd = rng.choice([0.0, 1.0])
+    allowed = {name for name in topo.channels if rng.random() >= 0.1}
+
+    def usable(channel: Channel) -> bool:
+        return channel.name in allowed
+
+    for k in (1, 2, 3):
+        paths = disjoint_paths(topo, srcs, dsts, k, usable=usable, forwarding_ms=fwd)
+        j, total = brute_force_multi(topo, srcs, dsts, k, fwd, allowed)
+        assert len(paths) == j, (srcs, dsts, k, paths)
+        assert sum(p.latency_ms for p in paths) == pytest.approx(total)
+        seen: set[str] = set()
+        for p in paths:
+            assert p.routers[0] in srcs and p.routers[-1] in dsts
+            assert not set(p.routers[1:-1]) & {*srcs, *dsts}
+            mine = set(p.routers) - (set(srcs) if len(srcs) == 1 else set()) - (set(dsts) if len(dsts) == 1 else set())
+            assert not seen & mine, (paths, seen, mine)
+            seen |= mine
+        single = shortest_path(topo, srcs, dsts, usable=usable, forwarding_ms=fwd)
+        assert (single is None) == (j == 0)
+        if single is not None:
+            assert single.latency_ms == pytest.approx(brute_force_multi(topo, srcs, dsts, 1, fwd, allowed)[1])
+
+
+def test_a_multi_homed_publisher_and_subscriber_lose_no_shared_router() -> None:
+    """Two edge routers per end, two interior routers: each path gets an edge at each end of its own,
+    so no single router's restart cuts both (docs/redundancy.md, "Multi-homed clients")."""
+    topo = Topology()
+    for name in ("e1", "e1b", "i1", "i2", "e2", "e2b"):
+        topo.add_router(name)
+    for a, b, ms in (("e1", "i1", 1), ("i1", "e2", 1), ("e1b", "i2", 2), ("i2", "e2b", 2), ("e1", "i2", 1)):
+        topo.add_channel(a, b, bandwidth_bps=1e6, latency_ms=ms)
+        topo.add_channel(b, a, bandwidth_bps=1e6, latency_ms=ms)
+    paths = disjoint_paths(topo, ("e1", "e1b"), ("e2", "e2b"), 2, forwarding_ms=0)
+    assert [p.routers for p in paths] == [("e1", "i1", "e2"), ("e1b", "i2", "e2b")]
+    # at most one path per router of a multi-homed end: a third path would need a third edge
+    assert len(disjoint_paths(topo, ("e1", "e1b"), ("e2", "e2b"), 3, forwarding_ms=0)) == 2
+    # one end single-homed: that router is shared, the other end's are not
+    assert [p.routers for p in disjoint_paths(topo, "e1", ("e2", "e2b"), 2, forwarding_ms=0)] == \
+        [("e1", "i1", "e2"), ("e1", "i2", "e2b")]

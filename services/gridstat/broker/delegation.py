@@ -244,9 +244,10 @@ class UpLink:
     async def subscribe(self, broker: Any, s: pb.Subscription) -> pb.SubscribeReply:
         """``broker`` is the LeafBroker: checks the subscriber, names the subscription, remembers it durably."""
         client = broker.state.client("subscriber", s.subscriber)
-        if client.edge_router != s.edge_router:
-            raise Unauthorized(f"subscriber {s.subscriber!r} is registered at {client.edge_router!r}",
+        if s.edge_router not in client.edge_routers:
+            raise Unauthorized(f"subscriber {s.subscriber!r} is registered at {', '.join(client.edge_routers)}",
                                field="edge_router")
+        s.edge_router = client.edge_router  # inter-cloud segments end at its first edge router (docs/redundancy.md)
         async with broker.lock:
             sid = s.subscription_id or broker.state.new_subscription_id()
             with broker.store.transaction():

@@ -153,7 +153,8 @@ async def _connect(args: argparse.Namespace, names: list[str], tls: TlsFiles | N
     session = EdgeSession(args.edge, tls=tls, timeout_s=args.timeout, attempts=1)
     pub: Publisher | None = None
     try:
-        pub = await Publisher.connect(args.name, args.edge, session=session)
+        pub = await Publisher.connect(args.name, args.edge, session=session, tls=tls,
+                                      also_edges=[e.strip() for e in args.also_edge])
         handles = [await pub.register(n, TYPES[args.value_type], args.interval_ms, priority=args.priority)
                    for n in names]
     except BaseException:
@@ -194,7 +195,8 @@ async def _run(args: argparse.Namespace, names: list[str], tls: TlsFiles | None)
     loop = PublishLoop(pub, handles, args.interval_ms, value_function(args.value_type))
     full = [v.full_name for v in variables]
     ids = ",".join(f"{v.full_name}:{v.variable_id}" for v in variables)
-    runner.line(f"READY name={args.name} variables={ids} interval_ms={args.interval_ms} edge={args.edge}")
+    also = f" also_edges={','.join(args.also_edge)}" if args.also_edge else ""
+    runner.line(f"READY name={args.name} variables={ids} interval_ms={args.interval_ms} edge={args.edge}{also}")
     task = asyncio.ensure_future(loop.run(runner.stop))
     follow = asyncio.ensure_future(follow_edge(runner, pub, args.edge))
     try:

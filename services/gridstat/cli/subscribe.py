@@ -193,7 +193,8 @@ class SubscribeApp:
             try:
                 made = await CountingSubscriber.connect(
                     args.name, args.edge, session=session, first_time=args.admit, host=self.listen, port=args.port,
-                    advertise_host=self.advertise, counters=self.counters)
+                    advertise_host=self.advertise, counters=self.counters, tls=self.tls,
+                    also_edges=[e.strip() for e in args.also_edge])
                 assert isinstance(made, CountingSubscriber)
                 sub = made
             except OSError as exc:  # binding the socket

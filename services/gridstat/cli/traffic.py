@@ -52,6 +52,10 @@ def add_client_arguments(p: argparse.ArgumentParser) -> None:
     p.epilog = EXIT_CODES_HELP
     p.add_argument("--name", required=True, metavar="NAME", help="the client's name at the broker")
     p.add_argument("--edge", required=True, metavar="HOST:PORT", help="control port of the client's edge router")
+    p.add_argument("--also-edge", action="append", default=[], metavar="HOST:PORT",
+                   help="control port of one more edge router (of the same cloud) to attach at: a multi-homed "
+                        "client, whose redundant paths then start or end at different edge routers, so one "
+                        "edge router's restart loses nothing (repeatable; docs/redundancy.md)")
     p.add_argument("--stats-every-s", type=float, default=1.0, metavar="S",
                    help="print a stats line every S seconds (0: only the final line; default 1)")
     p.add_argument("--duration-s", type=float, default=None, metavar="S",
@@ -75,11 +79,12 @@ def add_client_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-level", default="WARNING", help="log level of the SDK on stderr (default WARNING)")
 
 
-def check_edge(value: str) -> str:
-    """``HOST:PORT`` (``[v6]:PORT`` too), else a ValidationError naming ``--edge``."""
+def check_edge(value: str, flag: str = "--edge") -> str:
+    """``HOST:PORT`` (``[v6]:PORT`` too), else a ValidationError naming ``--edge`` (or ``flag``)."""
     host, sep, port = value.strip().rpartition(":")
     if not sep or not host.strip("[]") or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValidationError(f"--edge {value!r} is not HOST:PORT (the edge router's control port)", field="edge")
+        raise ValidationError(f"{flag} {value!r} is not HOST:PORT (the edge router's control port)",
+                              field=flag.lstrip("-").replace("-", "_"))
     return value.strip()
 
 
@@ -112,6 +117,10 @@ def check_common(args: argparse.Namespace, what: str) -> None:
     """Validate the shared options (ValidationError names the flag; main exits 2)."""
     check_client_name(args.name, what)
     check_edge(args.edge)
+    for also in args.also_edge:
+        if check_edge(also, "--also-edge") == args.edge.strip():
+            raise ValidationError(f"--also-edge {also!r} is the --edge itself: name another edge router",
+                                  field="also_edge")
     check_positive(args.stats_every_s, "--stats-every-s", allow_zero=True)
     check_positive(args.duration_s, "--duration-s")
     check_positive(args.connect_timeout_s, "--connect-timeout-s")

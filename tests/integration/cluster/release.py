@@ -86,16 +86,23 @@ class Release:
         pod["metadata"]["labels"]["app.kubernetes.io/part-of"] = CLIENTS
         return pod
 
-    def publisher(self, name: str, edge: str, variables: tuple[str, ...], interval_ms: int) -> dict[str, Any]:
-        return self.client(name, ["publish", "--name", name, "--edge", f"{self.router_host(edge)}:{CONTROL_PORT}",
-                                      *(a for v in variables for a in ("--variable", v)),
-                                      "--type", "float", "--interval-ms", str(interval_ms), "-o", "json"])
+    def _also(self, edges: tuple[str, ...]) -> list[str]:
+        return [a for e in edges for a in ("--also-edge", f"{self.router_host(e)}:{CONTROL_PORT}")]
 
-    def subscriber(self, name: str, edge: str, variable: str, interval_ms: int, port: int = 9000) -> dict[str, Any]:
+    def publisher(self, name: str, edge: str, variables: tuple[str, ...], interval_ms: int, *,
+                  also: tuple[str, ...] = ()) -> dict[str, Any]:
+        """A `gridstat publish` pod at ``edge`` (and ``also``: a multi-homed publisher)."""
+        return self.client(name, ["publish", "--name", name, "--edge", f"{self.router_host(edge)}:{CONTROL_PORT}",
+                                  *self._also(also), *(a for v in variables for a in ("--variable", v)),
+                                  "--type", "float", "--interval-ms", str(interval_ms), "-o", "json"])
+
+    def subscriber(self, name: str, edge: str, variable: str, interval_ms: int, port: int = 9000, *,
+                   also: tuple[str, ...] = ()) -> dict[str, Any]:
+        """A `gridstat subscribe` pod at ``edge`` (and ``also``: a multi-homed subscriber)."""
         return self.client(name, ["subscribe", "--name", name, "--edge",
-                                      f"{self.router_host(edge)}:{CONTROL_PORT}", "--variable", variable,
-                                      "--interval-ms", str(interval_ms), "--listen-host", "0.0.0.0",
-                                      "--port", str(port), "-o", "json"], port=port)
+                                  f"{self.router_host(edge)}:{CONTROL_PORT}", *self._also(also), "--variable", variable,
+                                  "--interval-ms", str(interval_ms), "--listen-host", "0.0.0.0",
+                                  "--port", str(port), "-o", "json"], port=port)
 
     def last_stats(self, pod: str, kind: str) -> dict[str, Any] | None:
         """The newest JSON stats line a client pod printed."""

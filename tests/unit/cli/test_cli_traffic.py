@@ -201,6 +201,14 @@ def test_subscribe_options() -> None:
     assert parse("subscribe", "--name", "s", "--edge", "h:1", "--variable", "p/v").admit is False
 
 
+def test_also_edge_makes_a_multi_homed_client() -> None:
+    for command, extra in (("publish", ("--variable", "freq")), ("subscribe", ("--variable", "pmu1/freq"))):
+        args = parse(command, "--name", "c", "--edge", "e1:7800", "--also-edge", "e1b:7800", "--also-edge",
+                     "e1c:7800", *extra)
+        assert args.also_edge == ["e1b:7800", "e1c:7800"]
+        assert parse(command, "--name", "c", "--edge", "e1:7800", *extra).also_edge == []
+
+
 @pytest.mark.parametrize(("argv", "flag"), [
     (["publish", "--name", "pmu1", "--edge", "nohost", "--variable", "freq"], "--edge"),
     (["publish", "--name", "pmu 1", "--edge", "h:1", "--variable", "freq"], "--name"),
@@ -223,6 +231,8 @@ def test_subscribe_options() -> None:
     (["subscribe", "--name", "ems", "--edge", "h:1", "--variable", "p/v", "--advertise-host", " "],
      "--advertise-host"),
     (["subscribe", "--name", "ems", "--edge", "h:1:x", "--variable", "p/v"], "--edge"),
+    (["subscribe", "--name", "ems", "--edge", "h:1", "--also-edge", "h2", "--variable", "p/v"], "--also-edge"),
+    (["publish", "--name", "pmu1", "--edge", "h:1", "--also-edge", "h:1", "--variable", "f"], "--also-edge"),
     (["subscribe", "--name", "ems", "--edge", "h:1", "--variable", "p/v", "--connect-timeout-s", "0"],
      "--connect-timeout-s"),
 ])

@@ -280,9 +280,12 @@ class LeafBroker(SegmentsMixin, ModesMixin, FloodingMixin, CondensationMixin):
         log.info("broker %s: router %s moved to %s:%d", self.name, ep.name, ep.event_host, ep.event_port)
         if old is not None:
             await old.close()
+        # Its neighbours' channels point at the new address before it is rebuilt: its rebuild makes it
+        # Ready, and a rollout restarts the next router then (docs/kubernetes.md#upgrades), which must
+        # find the paths through this one whole again, not waiting for the supervisor's next pass.
         topo = self.state.topology
-        for neighbour in {*topo.out_channels(ep.name), *topo.in_channels(ep.name)}:
-            self.supervisor.mark_dirty(neighbour)
+        for neighbour in sorted({*topo.out_channels(ep.name), *topo.in_channels(ep.name)}):
+            await self.supervisor.reconcile_now(neighbour)
         await self.supervisor.check(ep.name)
 
     async def remove_router(self, name: str) -> None:

@@ -132,3 +132,54 @@ async def test_run_periodic_publishes_distinct_aligned_instants_and_stops() -> N
             assert 1 <= n <= 10
     finally:
         rx.close()
+
+
+async def test_a_multi_homed_publisher_sends_each_datagram_to_every_edge_signed_with_its_key() -> None:
+    import socket
+
+    from gridstat.client.publisher import EdgeLeg
+
+    sinks = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(2)]
+    for s in sinks:
+        s.bind(("127.0.0.1", 0))
+        s.settimeout(2)
+    ka, kb = b"a" * 32, b"b" * 32
+    pub = Publisher("pmu1", 11, sinks[0].getsockname(), key=ka)
+    await pub.start()
+    pub.legs.append(EdgeLeg(session=None, address=sinks[1].getsockname(), key=kb))  # type: ignore[arg-type]
+    try:
+        pub.variable(VAR).publish(60.0, 1000)
+        first, second = (s.recv(65536) for s in sinks)
+        assert wire.verify_datagram(ka, first) and not wire.verify_datagram(kb, first)
+        assert wire.verify_datagram(kb, second) and not wire.verify_datagram(ka, second)
+        # the same datagram otherwise: sender id, sequence number and events
+        assert first[:-wire.AUTH_TAG_LEN] == second[:-wire.AUTH_TAG_LEN]
+        assert (pub.stats.published, pub.stats.datagrams, pub.stats.dropped) == (1, 1, 0)
+    finally:
+        pub.legs.clear()
+        await pub.stop()
+        for s in sinks:
+            s.close()
+
+
+def test_a_multi_homed_subscriber_checks_each_edge_routers_datagrams_with_that_routers_key() -> None:
+    ka, kb = b"a" * 32, b"b" * 32
+    sub = Subscriber("ems", 21, key=ka)
+    sub._keys = {1: ka, 2: kb}
+    got: list[int] = []
+    sub.subscribe(VAR, interval_ms=10, latency_ms=1000, on_event=lambda s, holder: got.append(holder.timestamp_ms))
+
+    def datagram(sender: int, seq: int, key: bytes, ts: int) -> bytes:
+        body = wire.encode_datagram(sender, seq, [wire.encode_event(wire.Event(ts, 7, wire.encode_value(FLOAT, 1.0)))])
+        return wire.sign_datagram(key, body)
+
+    now = clock.now_ms()
+    sub.process(datagram(1, 1, ka, now), now)  # edge router 1, its key
+    sub.process(datagram(2, 1, kb, now), now)  # the same event from edge router 2: a duplicate
+    sub.process(datagram(2, 2, kb, now + 10), now)  # a new one from edge router 2
+    sub.process(datagram(2, 3, ka, now + 20), now)  # edge router 2 with router 1's key: forged
+    sub.process(datagram(3, 1, ka, now + 30), now)  # a sender that is none of its edge routers
+    sub.process(b"\x01\x02", now)  # too short to name a sender
+    assert got == [now, now + 10]
+    assert sub.stats.drops["auth_failed"] == 3
+    assert sub.subscriptions()[0].stats.duplicates == 1

@@ -173,11 +173,18 @@ FOLLOW_EDGE_S = 1.0
 async def follow_edge(runner: Runner, pub: Publisher, edge: str) -> None:
     """Re-ask the edge router for its event address every FOLLOW_EDGE_S; say when it moved."""
     while not await runner.sleep(FOLLOW_EDGE_S):
+        before = [pub.edge, *(leg.address for leg in pub.legs)]
         try:
-            if await pub.refresh_edge():
-                runner.warn(f"edge router {edge} moved: events now go to {pub.edge[0]}:{pub.edge[1]}")
+            if await pub.refresh_edge(timeout_s=2 * FOLLOW_EDGE_S):
+                now = [pub.edge, *(leg.address for leg in pub.legs)]
+                for control, (old, new) in zip([edge, *(leg.session.edge_control for leg in pub.legs)],
+                                               zip(before, now, strict=True), strict=True):
+                    if old != new:
+                        runner.warn(f"edge router {control} moved: events now go to {new[0]}:{new[1]}")
         except GridStatError as exc:  # unavailable for now (restarting): keep the last address, ask again
             runner.warn(f"asking edge router {edge} for its event address failed: {describe(exc)}")
+        for control, why in pub.refresh_errors.items():
+            runner.warn(f"asking edge router {control} for its event address failed: {why}")
 
 
 async def _run(args: argparse.Namespace, names: list[str], tls: TlsFiles | None) -> int:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from gridstat.core import clock, wire
 from gridstat.core.model import PRIORITY_HIGH, StatusVariable, TypeSpec, check_name
 from gridstat.core.tls import TlsFiles
-from gridstat.errors import GridStatError, ValidationError
+from gridstat.errors import ChannelUnavailable, GridStatError, ValidationError
 
 from .session import EdgeSession
 
@@ -131,6 +131,8 @@ class Publisher:
         self._owns_session = False
         #: The other edge routers of a multi-homed publisher (``connect(also_edges=...)``).
         self.legs: list[EdgeLeg] = []
+        #: Those of them the last ``refresh_edge`` could not ask (control address -> why).
+        self.refresh_errors: dict[str, str] = {}
 
     @classmethod
     async def connect(cls, name: str, edge_control: str, *, tls: TlsFiles | None = None, first_time: bool = True,
@@ -165,7 +167,9 @@ class Publisher:
 
     async def attach(self, edge_control: str, *, tls: TlsFiles | None = None) -> EdgeLeg:
         """Attach at one more edge router (its control port) and send every event there too."""
-        sess = EdgeSession(edge_control, tls=tls)
+        first = self.session
+        sess = EdgeSession(edge_control, tls=tls, timeout_s=first.timeout_s if first else 20.0,
+                           attempts=first.attempts if first else 3)
         try:
             client_id, address = await sess.register_publisher(self.name, also=True)
             if client_id != self.publisher_id:
@@ -202,27 +206,48 @@ class Publisher:
         self._sock = sock
         self._state = "started"
 
-    async def refresh_edge(self) -> bool:
-        """Ask the edge router again where its events go and send there from now on; True when it
+    async def refresh_edge(self, *, timeout_s: float = 2.0) -> bool:
+        """Ask each edge router again where its events go and send there from now on; True when one
         moved (a restarted edge router pod comes back at a new address, docs/kubernetes.md#upgrades).
-        Needs a publisher made by ``connect``; its client id stays (``first_time=False``)."""
-        if self.session is None:
+        Needs a publisher made by ``connect``; its client id stays (``first_time=False``). The edge
+        routers are asked at once, each within ``timeout_s``: one that is down (its old address may
+        not even refuse) delays no other. A multi-homed publisher's other edge routers that do not
+        answer keep their last address; the first one's failure is raised (ChannelUnavailable)."""
+        session = self.session
+        if session is None:
             raise ValidationError(f"publisher {self.name} has no edge session; use Publisher.connect",
                                   field="session")
+
+        async def ask(sess: EdgeSession, also: bool) -> tuple[str, int]:
+            try:
+                _, address = await asyncio.wait_for(sess.register_publisher(self.name, first_time=False, also=also),
+                                                    timeout_s)
+            except TimeoutError:
+                raise ChannelUnavailable(f"edge router {sess.edge_control} did not answer within {timeout_s:g} s",
+                                         field="edge") from None
+            return address
+
+        answers = await asyncio.gather(ask(session, False), *(ask(leg.session, True) for leg in self.legs),
+                                       return_exceptions=True)
         moved = False
-        for leg in self.legs:  # each edge router of a multi-homed publisher, independently
-            with contextlib.suppress(GridStatError):
-                _, address = await leg.session.register_publisher(self.name, also=True)
-                if address != leg.address:
-                    key = leg.session.channel_keys.get(("publisher", self.name))
-                    leg.address, leg.key, moved = address, (wire.check_key(key) if key else None), True
-        _, event_address = await self.session.register_publisher(self.name, first_time=False)
-        if event_address == self.edge:
-            return moved
-        self.edge = event_address
-        key = self.session.channel_keys.get(("publisher", self.name))
-        self.key = wire.check_key(key) if key else None
-        return True
+        self.refresh_errors = {}
+        for leg, answer in zip(self.legs, answers[1:], strict=True):
+            if isinstance(answer, BaseException):
+                if not isinstance(answer, GridStatError):
+                    raise answer
+                self.refresh_errors[leg.session.edge_control] = str(answer)
+            elif answer != leg.address:
+                key = leg.session.channel_keys.get(("publisher", self.name))
+                leg.address, leg.key, moved = answer, (wire.check_key(key) if key else None), True
+        first = answers[0]
+        if isinstance(first, BaseException):
+            raise first
+        if first != self.edge:
+            self.edge = first
+            key = session.channel_keys.get(("publisher", self.name))
+            self.key = wire.check_key(key) if key else None
+            moved = True
+        return moved
 
     async def stop(self) -> None:
         if self._state == "started" and self._sock is not None:

@@ -140,7 +140,8 @@ class Subscriber:
         if self.session is None:
             raise ValidationError(f"subscriber {self.name} has no edge session; use Subscriber.connect",
                                   field="session")
-        sess = EdgeSession(edge_control, tls=tls)
+        first = self.session
+        sess = EdgeSession(edge_control, tls=tls, timeout_s=first.timeout_s, attempts=first.attempts)
         try:
             client_id = await sess.register_subscriber(self.name, self.address, also=True)
             if client_id != self.subscriber_id:

@@ -183,3 +183,49 @@ def test_a_multi_homed_subscriber_checks_each_edge_routers_datagrams_with_that_r
     assert got == [now, now + 10]
     assert sub.stats.drops["auth_failed"] == 3
     assert sub.subscriptions()[0].stats.duplicates == 1
+
+
+class _FakeSession:
+    """An edge session that answers ``address`` (after ``delay_s``) or never (``None``)."""
+
+    def __init__(self, control: str, address: tuple[str, int] | None, delay_s: float = 0.0) -> None:
+        self.edge_control, self.address, self.delay_s = control, address, delay_s
+        self.channel_keys: dict[tuple[str, str], bytes] = {}
+        self.asked = 0
+
+    async def register_publisher(self, name: str, first_time: bool = True, *, also: bool = False
+                                 ) -> tuple[int, tuple[str, int]]:
+        import asyncio
+
+        self.asked += 1
+        if self.address is None:
+            await asyncio.Event().wait()  # a pod gone from its old address: no answer at all
+        await asyncio.sleep(self.delay_s)
+        assert self.address is not None
+        return 11, self.address
+
+    async def close(self) -> None:
+        return None
+
+
+async def test_refreshing_a_multi_homed_publisher_asks_every_edge_router_at_once_and_a_silent_one_delays_none() -> None:
+    import time
+
+    from gridstat.client.publisher import EdgeLeg
+
+    pub = Publisher("pmu1", 11, ("10.0.0.1", 1))
+    pub.session = _FakeSession("e1:7800", ("10.0.0.1", 1), delay_s=0.1)  # type: ignore[assignment]
+    silent = _FakeSession("e1b:7800", None)
+    moved = _FakeSession("e1c:7800", ("10.0.0.9", 3), delay_s=0.1)
+    pub.legs = [EdgeLeg(silent, ("10.0.0.2", 2), None), EdgeLeg(moved, ("10.0.0.3", 3), None)]  # type: ignore[arg-type]
+    started = time.monotonic()
+    assert await pub.refresh_edge(timeout_s=0.3) is True
+    assert time.monotonic() - started < 0.6  # one timeout, not one per edge router, nor gRPC's 20 s
+    assert [leg.address for leg in pub.legs] == [("10.0.0.2", 2), ("10.0.0.9", 3)]  # the silent one kept its last
+    assert list(pub.refresh_errors) == ["e1b:7800"] and "did not answer within 0.3 s" in pub.refresh_errors["e1b:7800"]
+    # the first edge router silent: its failure is raised, the others are still followed
+    pub.session = _FakeSession("e1:7800", None)  # type: ignore[assignment]
+    moved.address = ("10.0.0.10", 3)
+    with pytest.raises(GridStatError) as err:
+        await pub.refresh_edge(timeout_s=0.2)
+    assert err.value.reason == "Unavailable" and pub.legs[1].address == ("10.0.0.10", 3)

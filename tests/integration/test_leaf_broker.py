@@ -257,3 +257,38 @@ def test_broker_restart_recovers_state_while_routers_keep_forwarding(cloud) -> N
     finally:
         feed.stop()
         sink.close()
+
+
+def test_a_restarted_router_reporting_a_new_event_address_is_moved_before_it_is_rebuilt(cloud) -> None:  # type: ignore[no-untyped-def]
+    """A pod restarted at a new IP under the same DNS name (its control address): with
+    ``--advertise-host`` its Health says where its events go now, and the broker points its
+    neighbours there before it rebuilds it (which makes it Ready), with no re-registration at all."""
+    broker, routers = cloud
+    sink = Sink()
+    pub_id, var = register(broker, sink)
+    assert subscribe(broker).admitted  # one path: e1 - i1 - e2
+    old = routers["i1"]
+    old.proc.send_signal(signal.SIGKILL)
+    old.proc.wait(timeout=5)
+    old.channel.close()
+    # the same control address, a new event port (the new pod's new IP, here a new port on 127.0.0.1)
+    routers["i1"] = moved = start_router("i1", 2, control_port=old.control_port,
+                                         extra=("--advertise-host", "127.0.0.1"))
+    assert moved.port != old.port
+    feed = Feed(routers["e1"].port, pub_id, var)
+    try:
+        def rebuilt() -> bool:
+            return moved.stub.Health(rpb.HealthRequest(), timeout=2).routes >= 1
+        assert wait_for(rebuilt, timeout_s=15, step_s=0.01)
+        # the moment it holds its routes again, its neighbour already sends to the new address
+        e1 = routers["e1"].stub.ListChannels(rpb.ListChannelsRequest(), timeout=5).channels
+        assert [c.port for c in e1 if c.name == "i1"] == [moved.port], e1
+        health = moved.stub.Health(rpb.HealthRequest(), timeout=2)
+        assert (health.event_host, health.event_port) == ("127.0.0.1", moved.port)
+        held = {r.name: r for r in broker.stub.GetTopology(bpb.GetTopologyRequest(), timeout=5).routers}
+        assert held["i1"].event_address == f"127.0.0.1:{moved.port}"
+        n = len(sink.events)
+        assert wait_for(lambda: len(sink.events) > n + 20, timeout_s=5)  # the path delivers again
+    finally:
+        feed.stop()
+        sink.close()

@@ -83,6 +83,7 @@ class LeafBroker(SegmentsMixin, ModesMixin, FloodingMixin, CondensationMixin):
         self.writer = GroupCommit(self.links, persist=self._persist, taken=self.supervisor.postpone)
         self._init_flooding()
         self.supervisor.on_reconciled.append(self._rekey_neighbours)
+        self.supervisor.on_moved = self._router_moved
         #: Reserved, not yet committed inter-cloud segments and their deadlines.
         self._pending: dict[str, float] = {}
         self._task: asyncio.Task[None] | None = None
@@ -287,6 +288,25 @@ class LeafBroker(SegmentsMixin, ModesMixin, FloodingMixin, CondensationMixin):
         for neighbour in sorted({*topo.out_channels(ep.name), *topo.in_channels(ep.name)}):
             await self.supervisor.reconcile_now(neighbour)
         await self.supervisor.check(ep.name)
+
+    async def _router_moved(self, name: str, event_host: str, event_port: int) -> None:
+        """A router reports its events now go to another address (``--advertise-host``, the restarted
+        pod's IP) before anyone registered it there: move it, and point its neighbours at it, before
+        the supervisor rebuilds it (which makes it Ready; docs/kubernetes.md#upgrades)."""
+        async with self.lock:
+            held = self.state.endpoints.get(name)
+            if held is None or (held.event_host, held.event_port) == (event_host, event_port):
+                return
+            ep = dataclasses.replace(held, event_host=event_host, event_port=event_port)
+            self.state.endpoints[name] = ep
+            self.resources_version += 1
+            router = self.state.topology.routers[name]
+            with self.store.transaction():
+                self.store.put_router(ep, router.role.value, router.capacity_eps)
+        log.info("broker %s: router %s reports its events at %s:%d; moved", self.name, name, event_host, event_port)
+        topo = self.state.topology
+        for neighbour in sorted({*topo.out_channels(name), *topo.in_channels(name)}):
+            await self.supervisor.reconcile_now(neighbour)
 
     async def remove_router(self, name: str) -> None:
         async with self.lock:

@@ -42,6 +42,10 @@ class RouterSupervisor:
         #: Called (under the lock) after a router is reconciled: puts back more of its desired state
         #: (the flooding settings, ``broker.flooding``); each returns the number of changes it made.
         self.on_reconciled: list[Callable[[RouterLink], Awaitable[int]]] = []
+        #: Called (not under the lock) when a router reports an event address other than the one held
+        #: (``--advertise-host``: a restarted pod's new IP), before it is rebuilt: the leaf broker moves
+        #: it there and points its neighbours at it, so it is Ready only with its paths whole again.
+        self.on_moved: Callable[[str, str, int], Awaitable[None]] | None = None
         #: Routers rebuilt after a restart since this broker started.
         self.rebuilds = 0
         self._next_check: dict[str, float] = {}
@@ -88,6 +92,10 @@ class RouterSupervisor:
         if link is None:
             return
         health = await link.health()
+        if health is not None and health.event_host and self.on_moved is not None:
+            held = self.state.endpoints.get(name)
+            if held is not None and (held.event_host, held.event_port) != (health.event_host, health.event_port):
+                await self.on_moved(name, health.event_host, health.event_port)
         if health is None:
             link.failures += 1
             if name not in self.state.down and link.up:

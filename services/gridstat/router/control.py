@@ -231,7 +231,8 @@ class RouterControlServicer(pb_grpc.RouterControlServicer):
         return pb.HealthReply(serving=True, router=r.config.name, table_version=r.table.table_version,
                               channels_down=sum(1 for ch in r.channels.values() if not ch.up),
                               uptime_s=r.uptime_s(), boot_id=r.boot_id, routes=len(r.table),
-                              channels=len(r.channels))
+                              channels=len(r.channels), event_host=r.config.advertise_host,
+                              event_port=r.address[1] if r.config.advertise_host else 0)
 
 
     async def WatchLinks(self, request: pb.WatchLinksRequest, context: Any) -> AsyncIterator[pb.LinkEvent]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import ipaddress
 import logging
 import signal
 import sys
@@ -73,6 +74,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="synthetic load model (Eq. 1): microseconds per event and per copy instead of measured time")
     o.add_argument("--notice-interval-ms", type=int, default=1000,
                    help="how often a shaped channel tells downstream subscribers what it shed")
+    p.add_argument("--advertise-host", default="", metavar="IP",
+                   help="the address other routers send this router's events to (a pod's IP; the chart passes "
+                        "status.podIP): reported to its broker, which points its neighbours there before "
+                        "rebuilding a restarted router at a new address (docs/kubernetes.md#upgrades)")
     p.add_argument("--tls-cert", default="", help="PEM certificate: serve the control API over TLS only")
     p.add_argument("--tls-key", default="", help="PEM private key of --tls-cert")
     p.add_argument("--tls-client-ca", default="", help="PEM CA: require client certificates it signed (mTLS); "
@@ -105,6 +110,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     telemetry.add_arguments(p)
 
 
+def _advertised(host: str) -> str:
+    """``--advertise-host``: an IP address (what the broker registers routers' event addresses by)."""
+    host = host.strip()
+    if host:
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            raise ValidationError(f"--advertise-host {host!r} is not an IP address", field="advertise_host") from None
+    return host
+
+
 def _broker_grants(broker_identity: list[str]) -> access.Grants:
     """The default grants, the broker role narrowed to ``--broker-identity`` when given."""
     if not broker_identity:
@@ -117,7 +133,8 @@ def _broker_grants(broker_identity: list[str]) -> access.Grants:
 async def _run(args: argparse.Namespace) -> None:
     config = RouterConfig(
         name=args.name, router_id=args.router_id, role=Role.parse(args.role), variant=Variant.parse(args.variant),
-        host=args.host, port=args.port, mtu=args.mtu, queue_capacity=args.queue_capacity,
+        host=args.host, port=args.port, advertise_host=_advertised(args.advertise_host), mtu=args.mtu,
+        queue_capacity=args.queue_capacity,
         ping_interval_ms=args.ping_interval_ms, failure_timeout_ms=args.failure_timeout_ms,
         future_tolerance_ms=args.future_tolerance_ms, drain_batch=args.drain_batch, busy_poll_us=args.busy_poll_us,
         flood_tolerance_ms=args.flood_tolerance_ms, flood_reset_ms=args.flood_reset_ms,

@@ -71,6 +71,9 @@ class RouterConfig:
     variant: Variant = Variant.CLOSE
     host: str = "127.0.0.1"
     port: int = 0
+    #: The address other routers reach its event port at, when it knows (a pod's IP): reported in
+    #: Health so that its broker points its neighbours there before rebuilding it ("": not known).
+    advertise_host: str = ""
     mtu: int = wire.DEFAULT_MTU
     queue_capacity: int = 4096
     ping_interval_ms: int = 100

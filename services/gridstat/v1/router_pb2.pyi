@@ -1069,6 +1069,8 @@ class HealthReply(_message.Message):
     BOOT_ID_FIELD_NUMBER: _builtins.int
     ROUTES_FIELD_NUMBER: _builtins.int
     CHANNELS_FIELD_NUMBER: _builtins.int
+    EVENT_HOST_FIELD_NUMBER: _builtins.int
+    EVENT_PORT_FIELD_NUMBER: _builtins.int
     serving: _builtins.bool
     router: _builtins.str
     table_version: _builtins.int
@@ -1078,6 +1080,12 @@ class HealthReply(_message.Message):
     """new at every process start: a broker sees a restart and rebuilds"""
     routes: _builtins.int
     channels: _builtins.int
+    event_host: _builtins.str
+    """Where its events are to be sent, as the router was told to advertise it (--advertise-host) and
+    its bound UDP port; empty host: not told. A broker that holds it elsewhere moves it there before
+    rebuilding it (a restarted pod's new address, docs/kubernetes.md#upgrades).
+    """
+    event_port: _builtins.int
     def __init__(
         self,
         *,
@@ -1089,10 +1097,12 @@ class HealthReply(_message.Message):
         boot_id: _builtins.str = ...,
         routes: _builtins.int = ...,
         channels: _builtins.int = ...,
+        event_host: _builtins.str = ...,
+        event_port: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["boot_id", b"boot_id", "channels", b"channels", "channels_down", b"channels_down", "router", b"router", "routes", b"routes", "serving", b"serving", "table_version", b"table_version", "uptime_s", b"uptime_s"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["boot_id", b"boot_id", "channels", b"channels", "channels_down", b"channels_down", "event_host", b"event_host", "event_port", b"event_port", "router", b"router", "routes", b"routes", "serving", b"serving", "table_version", b"table_version", "uptime_s", b"uptime_s"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,4 +1,4 @@
-"""ns/event of the router's hot path (Forwarder.process) with and without a channel key (issue 9).
+"""ns/event of the router's hot path (Forwarder.process) with and without a channel key (docs/security.md).
 
 10-event datagrams, 2 routes (close variant), 20,000 datagrams per run, best of 7 runs.
 Usage: .venv/bin/python scripts/bench-auth-hotpath.py [--key]

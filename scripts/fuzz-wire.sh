@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The wire decoder and the router's forwarding path (keyed and unkeyed channels) under atheris for
-# RUNS inputs (default 1,000,000; issue 9 asks for at least 1M in a benchmark run). Prints the
+# RUNS inputs (default 1,000,000: at least 1M in a benchmark run, docs/benchmarks.md). Prints the
 # fuzzer's last status line and the total; exits non-zero on any finding (crash input saved in WORK).
 # Usage: scripts/fuzz-wire.sh [RUNS] [WORK]
 set -euo pipefail

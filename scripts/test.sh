@@ -12,7 +12,7 @@ echo "== generated gRPC code is fresh"
 scripts/gen-protos.sh --check
 echo "== ruff"
 ruff check services/gridstat tests spark operator
-echo "== mypy (strict on core and router; the operator strict throughout)"
+echo "== mypy (strict on the runtime, analysis and granularity; the tools without strict; the operator strict)"
 mypy
 mypy --strict operator/gridstat_operator
 echo "== import layers"

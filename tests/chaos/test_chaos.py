@@ -1,4 +1,4 @@
-"""The chaos suite (issue 9) against real routers, brokers (leaf and parent), an admission controller
+"""The chaos suite (docs/chaos.md) against real routers, brokers (leaf and parent), an admission controller
 and a standalone condensation host on 127.0.0.1.
 
 Each scenario is bounded (about 3-10 s with a 1 s fault); its invariant table is printed (-s shows it)

@@ -1,4 +1,4 @@
-"""Authorization trusts the mTLS client certificate, not the client name in the request (issue 9):
+"""Authorization trusts the mTLS client certificate, not the client name in the request (docs/security.md):
 real processes, a leaf broker with --tls-client-ca and --policy, two edge routers whose proxies
 verify the clients' certificates (CN = client name, scripts/gen-certs.sh) and relay the identity.
 A client allowed by the policy is admitted; one the policy refuses is refused; one whose

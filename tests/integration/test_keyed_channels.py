@@ -1,4 +1,4 @@
-"""Keys on the channels that were unkeyed (issue 9): inter-cloud channels between border routers,
+"""Keys on the channels that were unkeyed (docs/security.md): inter-cloud channels between border routers,
 keyed by the parent broker that registers them (``--channel-auth``), and the channels of
 condensation functions (the standalone ``gridstat condense host`` and a function in a router slot)
 under ``--channel-auth all``. Real processes: each channel is authenticated, carries the stream

@@ -1,4 +1,4 @@
-"""Issue 8's model validation end to end: live brokers -> real Kafka -> ``spark/model_validation.py``.
+"""The capacity model validated end to end (docs/analysis.md): live brokers -> Kafka -> ``spark/model_validation.py``.
 
 ``gridstat analyze TOPOLOGY.yaml --live`` runs seven broker processes (identity-based routing)
 on 127.0.0.1 that export ``model_broker`` records through the real telemetry exporter; the

@@ -1,4 +1,4 @@
-"""Operating modes over real routers and a real leaf broker (dissertation 6.3; issue 4 point 1).
+"""Operating modes over real routers and a real leaf broker (dissertation 6.3; docs/modes.md).
 
 A subscription of both modes must see every event across a switch, none twice; a subscription
 of the old mode only stops, one of the new mode only starts; subscribers are told before and

@@ -1,4 +1,4 @@
-"""mTLS on every control channel (issue 9): certificates from scripts/gen-certs.sh; admission controller,
+"""mTLS on every control channel (docs/security.md): certificates from scripts/gen-certs.sh; admission controller,
 parent and leaf brokers, routers with their edge proxy, and the client SDK, each serving TLS only and
 requiring client certificates. A client without a certificate is refused everywhere; a renewed
 server certificate is used for new connections without a restart."""

@@ -1,5 +1,5 @@
-"""A router serving mTLS counts the connections it refuses in the TLS handshake (issue 9, bad input: "gRPC calls
-without a valid client certificate: refused and counted, with a clear log line and metric")."""
+"""A router serving mTLS counts the connections it refuses in the TLS handshake (docs/security.md: gRPC calls
+without a valid client certificate are refused and counted, with a clear log line and metric)."""
 
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ them (a node under two parents); the paper's correction ``d_rate`` removes exact
 unadvertise (3.3): the inverse; a node whose own advertisements are all gone is removed and its
 children are re-linked under its parents where no other path joins them (ours: the paper removes
 only a node that carried the advertisement alone; keeping a multiset of own advertisements per
-node is the safer form the brief suggests).
+node is the safer form, docs/admission.md).
 
 Requirement (3.4, Eq. 2, Theorem 1): a subscription whose filter is a node needs exactly that
 node's rate. Otherwise, with S its direct predecessors (the tightest nodes covering it) and T its

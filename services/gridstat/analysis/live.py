@@ -2,7 +2,7 @@
 
 Why: ``gridstat analyze`` predicts routing-table sizes and message rates, ``--simulate`` checks
 the equations against the same bookkeeping in one process; a live run checks them against a
-distributed system that really forwards messages (issue 8: the Spark job
+distributed system that really forwards messages (docs/analysis.md: the Spark job
 ``spark/model_validation.py`` compares what the brokers export to Kafka with what this module
 writes as predictions). GridStat's own routers install explicit paths rather than running the
 paper's hierarchical routing, so the run uses small dedicated brokers (``live_broker``).

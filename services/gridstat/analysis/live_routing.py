@@ -3,8 +3,8 @@
 Why a live run: the model (``model``) and the simulation (``simulation``) agree by construction
 of the same bookkeeping; a run of real broker processes exchanging real messages over TCP is
 what shows that routing tables and message rates of a deployed hierarchy behave as predicted
-(issue 8: "a Spark job compares a live run's measured routing-table sizes and message rates
-with the model's prediction"). This module holds what those processes (``live_broker``) and
+(docs/analysis.md: a Spark job compares a live run's measured routing-table sizes and message
+rates with the model's prediction). This module holds what those processes (``live_broker``) and
 their launcher (``live``) compute without I/O, so it can be unit-tested:
 
 * ``Router`` -- one broker's routing state for the three strategies the paper compares:

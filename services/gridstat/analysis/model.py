@@ -19,7 +19,7 @@ Equation numbers are the paper's. Every function is pure; ``analyze`` evaluates 
 workload, ``break_even`` searches the subscription load at which filtering stops paying off
 against flooding (the paper's Fig. 7 statement for ``T_8``, ``omega = 32``).
 
-Per-link rates are our extension (the brief's 2.6 item 7, the paper's "next step"): on the
+Per-link rates are our extension (the paper's "next step"; docs/analysis.md): on the
 link between ``B`` and its parent, every notification published in ``B``'s subtree goes up,
 and every other notification comes down iff ``B``'s subtree holds a subscription. Summed
 over links they give exactly ``b_n + b_p`` (tested), so the per-broker table adds up to the

@@ -8,7 +8,7 @@ post-order for the bottom-up recursions (3) and (8), depths for the path sums of
 and (14), and the set ``P(B)`` of brokers from ``B`` up to, but excluding, the root.
 
 ``paper_tree`` builds the running example's topologies ``T_k`` (seed 001, section 3.2;
-brief 2.3): 127 brokers in a binary tree whose levels hold at most ``k`` brokers. Each
+docs/analysis.md): 127 brokers in a binary tree whose levels hold at most ``k`` brokers. Each
 parent receives up to two children before the next parent does (leftmost first); only
 that rule gives the level counts 127, 64, 33, 18, 11, 8, 7 for ``T_1`` .. ``T_64`` and the
 paper's anchors (the extra local maximum of ``T_2``/``T_4``, the ``omega = 32`` crossovers).
@@ -169,7 +169,7 @@ def paper_tree(max_per_level: int, brokers: int = PAPER_BROKERS, *, arity: int =
 
     Levels are filled breadth first; each parent receives up to ``arity`` children before the next
     parent of its level receives any (leftmost first), and a level stops at ``max_per_level``
-    brokers (seed 001, section 3.2; the fill rule is the brief's section 2.3).
+    brokers (seed 001, section 3.2; the fill rule is ours, docs/analysis.md).
     """
     if max_per_level < 1:
         raise ValidationError(f"max_per_level must be >= 1, got {max_per_level}", field="max_per_level")

@@ -139,7 +139,7 @@ def uniform_workload(tree: BrokerTree, *, subscriptions: float, classes: int = P
     """The running example's setting: ``N_s`` subscriptions and ``omega`` spread evenly over brokers and classes.
 
     ``lambda^f(B)/mu^f(B) = rho = N_s / (|B| |F|)`` and ``omega^f(B) = omega / (|B| |F|)`` (seed 001,
-    section 3.2; brief 2.3).
+    section 3.2; docs/analysis.md).
     """
     if not math.isfinite(subscriptions) or subscriptions < 0:
         raise ValidationError(f"subscriptions must be finite and >= 0, got {subscriptions}", field="subscriptions")

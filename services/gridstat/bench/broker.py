@@ -1,6 +1,6 @@
 """``gridstat bench broker``: admission decisions and installs on a generated 200-router cloud.
 
-Two measurements (issue 3 point 8: decision p99 <= 5 ms with 10,000 subscriptions
+Two measurements (docs/benchmarks.md targets: decision p99 <= 5 ms with 10,000 subscriptions
 held; 10,000 subscriptions installed within 20 s):
 
 * **decision**: ``CloudState.admit`` in-process (path search, the loop-free tree
@@ -249,7 +249,7 @@ def report(dec: dict[str, Any], inst: dict[str, Any] | None, *, routers: int, su
            facts: dict[str, str]) -> str:
     a = dec["all"]
     lines = [
-        "## Broker: admission decisions and installs (issue 3)",
+        "## Broker: admission decisions and installs",
         "",
         f"Machine: {facts.get('cpu', '?')}, {facts.get('nproc', '?')} cores, Python {facts.get('python', '?')}; "
         f"run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. Cloud: {routers} routers "

@@ -90,8 +90,8 @@ def analysis_report(*, quick: bool, seed: int, log: Log, images: bool) -> str:
     out.append("### The paper's statements (Figs. 3-6)\n")
     out.append("Paper: `x_r` and `b_n + b_p` converge to 126,000 for every tree; `b_c` rises to a maximum and "
                "falls to 0, `T_1` peaking at far fewer subscriptions, `T_2` and `T_4` with an extra local maximum; "
-               "the saving `b` is 126,000 without subscriptions (exactly: 126,000 - `omega` x mean depth, see "
-               "the brief 2.4) and falls to 0.\n")
+               "the saving `b` is 126,000 without subscriptions (exactly: 126,000 - `omega` x mean depth, "
+               "docs/analysis.md) and falls to 0.\n")
     out.append(table(["tree", "levels", "x_r at N_s=1e9", "b_n+b_p at 1e9 /s", "b_c at 1e9 /s", "b at N_s=0 /s",
                       "local maxima of b_c: N_s (b_c)"], rows) + "\n")
     w8 = workloads.uniform_workload(shapes["T8"], subscriptions=1000, publication_rate=32)

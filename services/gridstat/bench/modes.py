@@ -1,4 +1,4 @@
-"""Mode-change benchmark (issue 4 point 1): switch time with 10,000 subscriptions over 20 routers.
+"""Mode-change benchmark (docs/modes.md, docs/benchmarks.md): switch time with 10,000 subscriptions over 20 routers.
 
 Two set-ups, each with real routers (farm processes, ``bench.farm``) and real broker processes:
 
@@ -349,7 +349,7 @@ def bench_hierarchy(n_subs: int, n_switches: int, log: Callable[[str], None]) ->
 def report(one: dict[str, Any], two: dict[str, Any] | None, *, subs: int, switches: int,
            facts: dict[str, str]) -> str:
     lines = [
-        "## Operating modes: switch time (issue 4)",
+        "## Operating modes: switch time",
         "",
         f"Machine: {facts.get('cpu', '?')}, {facts.get('nproc', '?')} cores, Python {facts.get('python', '?')}; "
         f"run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. {subs:,} subscriptions over 20 routers "

@@ -91,7 +91,7 @@ QUICK_COND_RATES = (500_000,)
 RETRIES, WAIT_S = 12, 120.0
 QUICK_RETRIES, QUICK_WAIT_S = 2, 15.0
 
-# -- dissertation reference figures (brief section 5) ---------------------------------------------------
+# -- dissertation reference figures (Chapter 8) ---------------------------------------------------
 #: Tables 8.28-8.32, tlv -> per f = 0..4: (mean ms, sd ms, sub TP ev/ms, drop %).
 DISS_FILTER: dict[int, tuple[tuple[float, float, float, float], ...]] = {
     40: ((1.616, .431, 70.13, .005), (1.674, 1.033, 61.85, .114), (1.558, .414, 53.69, .001),

@@ -1,4 +1,4 @@
-"""Soak: one router process under constant load for a long time, memory and drops sampled (issue 9).
+"""Soak: one router process under constant load for a long time, memory and drops sampled (docs/chaos.md).
 
 ``gridstat chaos soak --minutes 30 --rate R`` (R defaults to half of the router saturation headline in
 docs/benchmarks.md, read at run time; 589,000 events/s when that file or line is missing) runs the

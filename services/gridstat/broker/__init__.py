@@ -1,4 +1,4 @@
-"""The leaf QoS broker's pure algorithm layer (dissertation 2.1.1-2.1.2, 3.3.1; issue 3 point 2).
+"""The leaf QoS broker's pure algorithm layer (dissertation 2.1.1-2.1.2, 3.3.1; docs/management-plane.md).
 
 A leaf QoS broker owns one cloud: it knows every status router's capacity and
 every event channel's bandwidth and latency, and admits a subscription only if it

@@ -1,4 +1,4 @@
-"""Seeded random clouds and the admission benchmark (issue 3 point 2 targets).
+"""Seeded random clouds and the admission benchmark (docs/benchmarks.md).
 
 A generated cloud is a ring plus random chords. A ring is 2-connected, so by
 Menger's theorem every pair of routers has two interior-disjoint paths; chords add
@@ -7,7 +7,7 @@ per direction). Every ``edge_every``-th router is an edge router, two are border
 routers, the rest internal. Everything is drawn from ``random.Random(seed)`` in a
 fixed order, so a seed names one cloud.
 
-The benchmark target (issue 3): admission decision p99 <= 5 ms on a 200-router
+The benchmark target (docs/benchmarks.md): admission decision p99 <= 5 ms on a 200-router
 cloud holding 10,000 subscriptions, and 10,000 installs within 20 s.
 ``python -m gridstat.broker.generate --bench`` prints the figures.
 """

@@ -1,7 +1,7 @@
 """Latency-shortest and node-disjoint paths through one cloud (dissertation 2.1, 3.1 "RoutingAlgo").
 
 The dissertation leaves the search itself unspecified ("RoutingAlgo"; the
-disjoint-path algorithm was "under investigation", brief 3.1), so we use proven
+disjoint-path algorithm was "under investigation", dissertation 3.1), so we use proven
 textbook algorithms:
 
 * one path: Dijkstra with a binary heap, stopping at the destination;

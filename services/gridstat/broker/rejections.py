@@ -1,4 +1,4 @@
-"""Why the leaf QoS broker refused a subscription, and what it could offer instead (issue 3 point 2).
+"""Why the leaf QoS broker refused a subscription, and what it could offer instead (docs/management-plane.md).
 
 The prototype answered ``ERROR_SUB_LATENCY_NOTSATISFIABLE`` /
 ``ERROR_SUB_INTERVAL_NOTSATISFIABLE`` (dissertation 3.1 admission control). We keep

@@ -6,8 +6,8 @@ routed over that channel, and sends one copy per timestamp (requirements 1 and 4
 of dissertation 4). So the load of variable v on channel c is a function of the
 *set* of subscription intervals routed over c, and a new subscription costs only
 the increase of that function. A duplicate subscription, or one at a multiple of
-an interval already there, costs nothing ("a duplicate subscription on the same
-ESR costs the data plane nothing", brief 3.3). The prototype estimated load from
+an interval already there, costs nothing (the forwarded rate is that of the union of
+the intervals, dissertation 4.2.1). The prototype estimated load from
 the smallest interval only (dissertation 10.2.2); we count the union exactly.
 
 The rate itself, and why it is exact, is in :mod:`gridstat.broker.rates`.

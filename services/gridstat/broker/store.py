@@ -1,4 +1,4 @@
-"""Durable broker state in one SQLite file (issue 3: "a restarted broker rebuilds its state").
+"""Durable broker state in one SQLite file (docs/management-plane.md: a restarted broker rebuilds its state).
 
 GridStat assumed brokers never fail (dissertation 3.7); on Kubernetes pods restart,
 so every change the broker accepts is written through before it is acknowledged.

@@ -1,4 +1,4 @@
-"""The chaos suite shipped with the product (issue 9): real processes on 127.0.0.1, real faults.
+"""The chaos suite shipped with the product (docs/chaos.md): real processes on 127.0.0.1, real faults.
 
 ``gridstat chaos list`` names the scenarios; ``gridstat chaos run SCENARIO`` starts routers, a leaf
 broker (and an admission controller, a parent broker over two clouds or a standalone condensation

@@ -1,6 +1,6 @@
 """Test hosts in network namespaces joined by veth pairs, and kernel-level faults on their links.
 
-Why: issue 9 asks for event channels cut and degraded between test hosts, not only inside one
+Why: event channels must be cut and degraded between test hosts (docs/chaos.md), not only inside one
 process's relay (``traffic.ImpairedLink``). Each ``Lab`` node is a namespace the suite creates, with
 a management veth to the root namespace (the broker there reaches the router's control port on the
 node's address 10.99.B+k.2; the root end has an address but nothing binds to it) and one veth per

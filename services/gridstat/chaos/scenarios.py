@@ -40,7 +40,7 @@ ROUTERS = [("e1", 1, "edge"), ("i1", 2, "internal"), ("i2", 3, "internal"), ("e2
 LINKS = [("e1", "i1", 1.0), ("i1", "e2", 1.0), ("e1", "i2", 2.0), ("i2", "e2", 2.0)]
 FLOAT = bpb.ValueType(kind=bpb.VALUE_KIND_FLOAT)
 PUB_INTERVAL_MS = 10
-#: A restarted router must be rebuilt (channels and routes back) within this (issue 9).
+#: A restarted router must be rebuilt (channels and routes back) within this (docs/chaos.md).
 REBUILD_BOUND_S = 2.0
 
 

@@ -1,6 +1,6 @@
 """Extrapolation functions: fill a missed status event at the subscriber instead of a QoS callback.
 
-Dissertation 2.2.2 (brief 3.6, "Extrapolation (subscriber)"): a subscriber may ask, with its
+Dissertation 2.2.2: a subscriber may ask, with its
 subscription, that a missed event be *extrapolated* from the last few received ones rather than
 reported as a QoS violation, and the holder then knows that its latest value is extrapolated. The
 seed names four built-ins (average, polynomial of a user-set order -- Lagrange interpolation

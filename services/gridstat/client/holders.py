@@ -1,9 +1,9 @@
 """What a subscriber keeps per subscription: the holder, violations, counters, de-duplication.
 
-GridStat's subscriber side offers three models (dissertation 2.1.5, brief section 2 "Holder
-metadata"): *pull* (a holder the application reads whenever it likes), *push* (a callback per
-event) and a *QoS-violation* callback. Everything here is pure and I/O-free so the unit tests can
-drive it with explicit timestamps; ``subscription.py`` wires it together.
+GridStat's subscriber side offers three models (dissertation 2.1.5): *pull* (a holder the
+application reads whenever it likes), *push* (a callback per event) and a *QoS-violation* callback.
+Everything here is pure and I/O-free so the unit tests can drive it with explicit timestamps;
+``subscription.py`` wires it together.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A client's management-plane session: commands to its edge router's ``EdgeProxy`` (issue 3 point 4).
+"""A client's management-plane session: commands to its edge router's ``EdgeProxy`` (docs/management-plane.md).
 
 Publishers and subscribers talk only to their edge router, which proxies each command to the
 cloud's leaf QoS broker (dissertation 1, 3.2.4): ``registerPublisher`` / ``registerSubscriber``,

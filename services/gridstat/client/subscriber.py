@@ -4,7 +4,7 @@ An edge router's subscriber channel sends this socket the events of every subscr
 subscriber (dissertation 2.1.1, Fig 2.1); the variable id in each event picks the subscription.
 The receive path is the router's: ``add_reader`` on a non-blocking socket and ``recv`` until
 EAGAIN (docs/benchmarks.md). Peer input never raises out of the loop: a bad datagram is counted
-by its ``DropReason`` and a failing user callback is logged and counted (issue 2, "Bad input").
+by its ``DropReason`` and a failing user callback is logged and counted (docs/wire-format.md, "Drop reasons").
 One monitor task per subscriber checks every subscription's next deadline on a short tick; that
 is GridStat's QoS-violation callback model (2.1.5).
 

@@ -43,8 +43,9 @@ ViolationCallback = Callable[["Subscription", Violation], None]
 def call_guarded(fn: Callable[..., Any], args: tuple[Any, ...], owner: str, errors: int) -> bool:
     """Run a user callback; an exception is logged (1st, 2nd, 4th, 8th ... time) and reported.
 
-    A user's bug must never stop the receive loop (issue 2), and logging every failure at event
-    rate would flood the log, hence the power-of-two back-off. Returns False on failure.
+    A user's bug must never stop the receive loop (docs/wire-format.md, "Drop reasons"), and logging
+    every failure at event rate would flood the log, hence the power-of-two back-off. Returns False
+    on failure.
     """
     try:
         fn(*args)

@@ -1,5 +1,5 @@
-"""Refused TLS handshakes made countable (issue 9: "calls without a valid client certificate: refused
-and counted, with a clear log line and metric").
+"""Refused TLS handshakes made countable (docs/security.md: calls without a valid client certificate
+are refused and counted, with a clear log line and metric).
 
 gRPC refuses a connection without a valid client certificate inside its C core, during the TLS
 handshake: Python never sees a call, so no handler or interceptor can count it. What the C core

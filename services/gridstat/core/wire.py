@@ -56,7 +56,7 @@ on a keyed channel)::
     then per entry: u32 variable_id, u32 events (dropped events for action 3, else 0)
 
 The decoder never raises on peer input: every failure maps to a ``DropReason``
-so the receive loop can count it and carry on (issue 2, "Bad input").
+so the receive loop can count it and carry on (docs/wire-format.md, "Drop reasons").
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ Wildcards (section 5.2): ``*`` stands for "0 and 1"; the encoder appends ``*`` w
 subscription spans the whole current cell in the dimension being divided, and two
 expressions that differ in one place merge into one with ``*`` there. ``b`` covers ``a``
 (``a ≺ b``) iff ``len(b) <= len(a)`` and at every position of ``b`` either ``b`` has ``*`` or both
-have the same symbol (the brief's 4.2.1).
+have the same symbol (the paper's covering relation, docs/granularity.md).
 
 Worked examples (tests): Fig. 2's ``humidity = [0,25] ∧ Temp = [0,100]`` encodes to
 ``{000, 010}`` (``0*0`` with wildcards) and coarsens to ``{0}``; Fig. 4's ``DZ_C = {00, 10}`` has

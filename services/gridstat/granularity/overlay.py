@@ -21,12 +21,12 @@ Parents and children are kept as *edges* ``(peer, dz)``: the edge's dz is the pa
 child's subscription the parent forwards (the paper's ``dz(a_i)``), so an event goes to a child
 iff it falls in one of the child's edges.
 
-Unspecified by the paper, ours (brief 4.2.2): ``find_best_parent`` prefers a parent whose own
+Unspecified by the paper, ours (docs/granularity.md): ``find_best_parent`` prefers a parent whose own
 delay leaves room (``hops + 1 <= Delta(p)``), then one with free out-degree, then the finest
 covering sub-space (fewest false positives), then the largest tolerance (leave tight places to
 tight peers); ``peers_to_disconnect`` evicts the smallest subscription volume first, ties by the
 largest tolerance. Line 7 of the paper passes ``Delta(q)``; the sender transmits ``Delta(p)``
-(line 6), so the requester's tolerance is what travels (the brief notes the typo).
+(line 6), so the requester's tolerance is what travels (a typo in the paper's listing).
 """
 
 from __future__ import annotations

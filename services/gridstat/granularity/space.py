@@ -13,7 +13,7 @@ Every attribute is normalised to the unit interval ``[0, 1)`` so that spatial in
 * ``int`` ``[low, high]``: the integers ``low..high``, each value ``v`` the slice ``[v, v+1)``
   (the paper's evaluation: Integer domains ``[1, 128]``, seven halvings each);
 * ``float`` ``[low, high]``: ranges are half-open ``[a, b)``, except that ``b == high``
-  includes ``high`` (the brief's 4.5 item 1; it makes Fig. 2's ``humidity = [0, 25]`` the
+  includes ``high`` (our reading of the paper, docs/granularity.md; it makes Fig. 2's ``humidity = [0, 25]`` the
   two cells ``000`` and ``010``);
 * ``category`` (``region``, ``type``): the listed names in order, the ``i``-th the slice
   ``[i, i+1)``; a constraint may list several names (a union of slices).

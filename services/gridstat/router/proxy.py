@@ -1,4 +1,4 @@
-"""The edge router's proxy of its publishers' and subscribers' commands (edge.proto, issue 3 point 4).
+"""The edge router's proxy of its publishers' and subscribers' commands (edge.proto, docs/management-plane.md).
 
 The edge status router is the sole proxy of end entities' commands to the management plane
 (dissertation 1, 3.2.4): a client talks only to its edge router's control port, and the

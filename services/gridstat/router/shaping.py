@@ -106,7 +106,7 @@ class ShapingConfig:
 
 
 def red_probability(delay_s: float, start_s: float, all_s: float) -> float:
-    """The modified RED curve: 0 up to ``start``, rising linearly to 1 at ``all`` (brief 1.2.5, ours)."""
+    """The modified RED curve: 0 up to ``start``, rising linearly to 1 at ``all`` (docs/overload.md)."""
     if delay_s <= start_s:
         return 0.0
     if delay_s >= all_s or all_s <= start_s:

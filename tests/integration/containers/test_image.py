@@ -1,4 +1,4 @@
-"""The one image runs every role (issue 7 point 5): a broker, four routers, the topology job and
+"""The one image runs every role (docs/kubernetes.md): a broker, four routers, the topology job and
 two endpoints, each its own container from gridstat:dev with host networking, pass events end to end.
 
 The engine is the project's own (scripts/docker.sh: Debian's docker.io, no bridge, no iptables);

@@ -1,4 +1,4 @@
-"""The Helm chart against real tools and a real API server (issue 7 point 4).
+"""The Helm chart against real tools and a real API server (docs/kubernetes.md).
 
 helm lint; helm template validated offline (kubernetes-validate, schemas of Kubernetes 1.36) and
 by a server-side dry run; helm install into the API server creating every object; and the
@@ -132,7 +132,7 @@ def _pod_specs(docs: list[dict]) -> dict[str, dict]:
 
 
 def test_every_pod_is_restricted_by_default(tools: dict[str, str]) -> None:
-    """Issue 9 point 3: non-root 10001, RuntimeDefault seccomp, no privilege escalation, read-only
+    """docs/kubernetes.md, "Security": non-root 10001, RuntimeDefault seccomp, no privilege escalation, read-only
     root, no capabilities, writable paths only on volumes -- for every role and the test pod."""
     for values in ([], [TWO_CLOUDS], [TWO_CLOUDS, SECURE]):
         docs = render(tools, *values)

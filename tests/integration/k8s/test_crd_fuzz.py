@@ -1,4 +1,4 @@
-"""CRD fuzzing (issue 9): generated custom resources against the REAL API server and the operator's planner.
+"""CRD fuzzing (docs/security.md): generated custom resources against the REAL API server and the operator's planner.
 
 * Invalid Subscriptions and Modes -- one generated defect each: a wrong type, an out-of-range interval,
   latency, redundancy, priority or mode id, a mode name that is no mode name, a bad resource name, a

@@ -1,5 +1,5 @@
 """Invalid resources are refused by the API server itself, with messages that name the field
-(the CRDs' OpenAPI schemas and CEL rules; issue 7 points 1 and 3). No operator is involved."""
+(the CRDs' OpenAPI schemas and CEL rules; docs/kubernetes.md). No operator is involved."""
 
 from __future__ import annotations
 

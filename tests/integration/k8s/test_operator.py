@@ -1,4 +1,4 @@
-"""The operator against a real kube-apiserver, with real brokers and routers behind it (issue 7).
+"""The operator against a real kube-apiserver, with real brokers and routers behind it (docs/kubernetes.md).
 
 kubectl applies resources; the operator (kopf.testing.KopfRunner, in this process) turns them
 into broker calls; the tests check the status the API server holds, the events posted, what the

@@ -1,4 +1,4 @@
-"""Chaos against the operator (issue 9): ``operator-kill`` on the session's real kube-apiserver, and
+"""Chaos against the operator (docs/chaos.md): ``operator-kill`` on the session's real kube-apiserver, and
 the clear error ``gridstat chaos run operator-kill`` gives when the Kubernetes tools are missing."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The operator stopped and started again (issue 7 point 2: resume after restart; bad input: a
+"""The operator stopped and started again (docs/kubernetes.md: resume after restart; bad input: a
 deleted namespace mid-reconcile). Each test runs its own operator (kopf.testing.KopfRunner)."""
 
 from __future__ import annotations

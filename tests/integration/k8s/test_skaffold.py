@@ -1,4 +1,4 @@
-"""skaffold.yaml names the image the chart deploys and paths that exist (issue 7 point 6).
+"""skaffold.yaml names the image the chart deploys and paths that exist (docs/kubernetes.md).
 
 skaffold itself is not installed (no package on PyPI, npm or Debian; a large build from the Go
 module proxy): the file is checked against skaffold's own JSON schema (from its Go module) and for

@@ -1,4 +1,4 @@
-"""The extended advertisement covering graph and Theorem 1: the worked examples of RacsCBPS (brief 3.4)."""
+"""The extended advertisement covering graph and Theorem 1: the worked examples of RacsCBPS (docs/admission.md)."""
 
 from __future__ import annotations
 

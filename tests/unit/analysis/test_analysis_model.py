@@ -1,4 +1,4 @@
-"""The equations of seed 001 against the paper's statements about its running example (brief 2.3-2.4)."""
+"""The equations of seed 001 against the paper's statements about its running example (docs/analysis.md)."""
 
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ def test_without_subscriptions(name: str) -> None:
     assert t.b_c == 0.0
     assert t.remote_entries == 0.0
     # Every notification climbs to the root: b_p(0) = omega * mean depth; b = 126 000 - that
-    # (the paper's "126 000 if there are no subscriptions" is approximate, brief 2.4).
+    # (the paper's "126 000 if there are no subscriptions" is approximate, docs/analysis.md).
     assert t.b_p == pytest.approx(1000 * TREES[name].mean_depth())
     assert t.b == pytest.approx(126_000 - 1000 * TREES[name].mean_depth())
 
@@ -119,7 +119,7 @@ def test_fig7_break_even_against_flooding_for_t8_at_omega_32() -> None:
     identity = model.break_even(w, "identity")
     simple = model.break_even(w, "simple")
     assert identity.subscriptions == pytest.approx(1.0e5, rel=0.03)   # "N_s > 100 000"
-    assert simple.subscriptions == pytest.approx(9.4e3, rel=0.03)     # "N_s > 10 000" (9.4e3 exactly, brief 2.6)
+    assert simple.subscriptions == pytest.approx(9.4e3, rel=0.03)     # "N_s > 10 000" (9.4e3 exactly, docs/analysis.md)
     assert identity.subscriptions > simple.subscriptions                # identity outperforms simple routing
 
 

@@ -1,4 +1,4 @@
-"""plan_subscription: admission with machine-readable reasons and offers (issue 3 point 2, dissertation 3.1)."""
+"""plan_subscription: admission with machine-readable reasons and offers (dissertation 3.1)."""
 
 from __future__ import annotations
 

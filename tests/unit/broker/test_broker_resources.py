@@ -1,4 +1,4 @@
-"""Reservations by the rate after filtering (dissertation 4.2.1, 4.3; issue 3 point 2)."""
+"""Reservations by the rate after filtering (dissertation 4.2.1, 4.3)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The leaf QoS broker's cloud model: specific errors for every bad change (issue 3 point 2)."""
+"""The leaf QoS broker's cloud model: specific errors for every bad change (docs/topology.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Control datagrams on keyed channels (issue 9, docs/security.md): pings, pongs, mode and shed notices
+"""Control datagrams on keyed channels (docs/security.md): pings, pongs, mode and shed notices
 carry the HMAC tag and pass the replay window; forged and replayed ones are dropped and counted while
 the admitted streams keep flowing. Unkeyed channels behave as before."""
 

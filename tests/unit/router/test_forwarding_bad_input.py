@@ -1,4 +1,4 @@
-"""Bad input on the router's data path (issue 2, "Bad input").
+"""Bad input on the router's data path (docs/wire-format.md, "Drop reasons").
 
 ``Forwarder.process`` must count every malformed datagram under the same DropReason as
 ``wire.decode_datagram`` and never raise; admitted streams are not disturbed by bad events

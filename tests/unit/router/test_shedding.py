@@ -1,4 +1,4 @@
-"""Router CPU overload: HAPS Eqs. 1-10 (brief 1.4's worked examples), link choice and hysteresis."""
+"""Router CPU overload: HAPS Eqs. 1-10 (worked examples, docs/overload.md), link choice and hysteresis."""
 
 from __future__ import annotations
 

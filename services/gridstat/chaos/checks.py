@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,15 +33,29 @@ class Outcome:
         return bool(ok)
 
 
+def text_table(head: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
+    """Rows under a header as plain text (rich's table layout, no colour, no wrapping)."""
+    import io
+
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1))
+    for h in head:
+        t.add_column(h, no_wrap=True)
+    for r in rows:
+        t.add_row(*r)
+    console = Console(file=io.StringIO(), width=10_000, color_system=None, record=True, soft_wrap=True)
+    console.print(t)
+    return "\n".join(line.rstrip() for line in console.export_text().splitlines() if line.strip())
+
+
 def table(outcome: Outcome) -> str:
-    """A fixed-width table: one row per invariant, then PASS/FAIL and the scenario's notes."""
-    head = ("invariant", "required", "observed", "")
+    """One row per invariant, then PASS/FAIL and the scenario's notes."""
     rows = [(c.invariant, c.required, c.observed, "ok" if c.ok else "FAIL") for c in outcome.checks]
-    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(4)]
-    line = "  ".join("-" * w for w in widths)
     out = [f"chaos {outcome.scenario}: {'PASS' if outcome.ok else 'FAIL'} in {outcome.seconds:.1f} s",
-           "  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)).rstrip(), line]
-    out += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+           text_table(("invariant", "required", "observed", ""), rows)]
     out += [f"  note: {n}" for n in outcome.notes]
     return "\n".join(out)
 

@@ -69,9 +69,8 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "kube", False):
         return _run_kube(args)
     if args.action == "list":
-        width = max(len(n) for n in scenarios.SCENARIOS)
-        for name, (_, text) in scenarios.SCENARIOS.items():
-            print(f"{name.ljust(width)}  {text}")
+        listed = [(name, text) for name, (_, text) in scenarios.SCENARIOS.items()]
+        print(checks.text_table(("scenario", "what"), listed))
         return 0
     names = list(scenarios.SCENARIOS) if args.scenario == ["all"] else args.scenario
     unknown = [n for n in names if n not in scenarios.SCENARIOS]
@@ -94,9 +93,7 @@ def _run_kube(args: argparse.Namespace) -> int:
 
     scenarios = kube_scenarios.SCENARIOS
     if args.action == "list":
-        width = max(len(n) for n in scenarios)
-        for name, (_, text) in scenarios.items():
-            print(f"{name.ljust(width)}  {text}")
+        print(checks.text_table(("scenario", "what"), [(name, text) for name, (_, text) in scenarios.items()]))
         return 0
     if args.auth:
         raise ValidationError("--auth is for the local scenarios; a release's channel auth is its values' choice",

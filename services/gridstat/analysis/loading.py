@@ -24,14 +24,36 @@ from gridstat.errors import ValidationError
 
 _PathT = yamldoc.FieldPath
 
-_TOP = ("brokers", "generate", "classes", "uniform", "name")
-_BROKER = ("name", "parent")
-_GENERATE = ("brokers", "max_per_level", "arity")
-_UNIFORM = ("classes", "subscriptions", "lifetime_s", "publication_rate", "lifetime_distribution")
-_CLASS = ("name", "count", "lifetime_s", "lifetime_distribution", "default", "at")
-_PARAMS = ("arrival_per_s", "subscriptions", "publish_per_s", "lifetime_s")
-
 MAX_BROKERS = 100_000
+
+#: The file's shape (JSON Schema, checked by jsonschema: core.yamldoc.schema_problem); the tree (one
+#: root, no cycle, known parents) and the workload's consistency are checked after it.
+_BROKER_NAME = {"type": ["string", "integer"], "minLength": 1, "description": "a name"}
+_COUNT = {"type": "integer", "minimum": 1, "maximum": 10**9}
+_SIZE = {"type": "integer", "minimum": 1, "maximum": MAX_BROKERS}
+_RATE = {"type": "number", "minimum": 0}
+_LIFETIME = {"type": "number", "exclusiveMinimum": 0}
+_DISTRIBUTION = {"enum": list(LIFETIME_DISTRIBUTIONS)}
+
+
+def _obj(required: dict[str, object], optional: dict[str, object] | None = None) -> dict[str, object]:
+    return {"type": "object", "properties": {**required, **(optional or {})}, "required": list(required),
+            "additionalProperties": False}
+
+
+_PARAMS = _obj({}, {"arrival_per_s": _RATE, "subscriptions": _RATE, "publish_per_s": _RATE, "lifetime_s": _LIFETIME})
+SCHEMA: dict[str, object] = _obj({}, {
+    "name": {"type": "string"},
+    "brokers": {"type": "array", "minItems": 1, "maxItems": MAX_BROKERS, "description": "brokers",
+                "items": _obj({"name": _BROKER_NAME}, {"parent": _BROKER_NAME})},
+    "generate": _obj({"brokers": _SIZE, "max_per_level": _SIZE}, {"arity": _SIZE}),
+    "classes": {"type": "array", "minItems": 1, "description": "filter classes", "items": _obj(
+        {"name": _BROKER_NAME},
+        {"count": _COUNT, "lifetime_s": _LIFETIME, "lifetime_distribution": _DISTRIBUTION, "default": _PARAMS,
+         "at": {"type": "object", "additionalProperties": _PARAMS}})},
+    "uniform": _obj({"subscriptions": _RATE}, {"classes": _COUNT, "lifetime_s": _LIFETIME, "publication_rate": _RATE,
+                                               "lifetime_distribution": _DISTRIBUTION}),
+})
 
 
 class TopologyFileError(ValidationError):
@@ -45,52 +67,16 @@ class _Checker:
 
     def fail(self, path: _PathT, message: str, reason: str | None = None) -> TopologyFileError:
         name = field_name(path)
-        line = None
-        for n in range(len(path), -1, -1):
-            line = self.lines.get(field_name(path[:n]))
-            if line is not None:
-                break
+        line = yamldoc.line_of(self.lines, path)
         where = f"{self.source}:{line}" if line is not None else self.source
         return TopologyFileError(f"{where}: {name}: {message}", field=name, reason=reason)
 
-    def mapping(self, value: object, path: _PathT, keys: tuple[str, ...],
-                required: tuple[str, ...] = ()) -> dict[str, Any]:
-        if not isinstance(value, dict):
-            raise self.fail(path, f"expected a mapping, got {_kind(value)}")
-        for k in value:
-            if k not in keys:
-                raise self.fail((*path, str(k)), f"unknown field {k!r}; expected one of {', '.join(keys)}")
-        for k in required:
-            if k not in value:
-                raise self.fail(path, f"missing field {k!r}", reason="MissingParameter")
-        return value
-
-    def number(self, value: object, path: _PathT, *, positive: bool = False) -> float:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise self.fail(path, f"expected a number, got {_kind(value)}")
-        v = float(value)
-        if not math.isfinite(v) or v < 0 or (positive and v == 0):
-            raise self.fail(path, f"{value} is out of range ({'> 0' if positive else '>= 0'})")
+    def number(self, value: object, path: _PathT) -> float:
+        """A number the schema let through, refused if not finite (``.nan`` and ``.inf`` are numbers)."""
+        v = float(value)  # type: ignore[arg-type]
+        if not math.isfinite(v):
+            raise self.fail(path, f"{value} is out of range (a finite number)")
         return v
-
-    def integer(self, value: object, path: _PathT, *, low: int, high: int) -> int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise self.fail(path, f"expected an integer, got {_kind(value)}")
-        if not low <= value <= high:
-            raise self.fail(path, f"{value} is out of range ({low}..{high})")
-        return value
-
-    def name(self, value: object, path: _PathT) -> str:
-        if isinstance(value, bool) or not isinstance(value, str | int) or str(value) == "":
-            raise self.fail(path, f"expected a name, got {_kind(value)}")
-        return str(value)
-
-
-def _kind(value: object) -> str:
-    if value is None:
-        return "nothing"
-    return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean", int: "an integer",
-            float: "a number"}.get(type(value), type(value).__name__)
 
 
 def parse_analysis_file(text: str, source: str = "topology.yaml") -> Workload:
@@ -117,24 +103,25 @@ def _one_of(c: _Checker, top: Mapping[str, Any], a: str, b: str) -> str:
 
 
 def _validate(data: object, c: _Checker) -> Workload:
-    top = c.mapping(data, (), _TOP)
-    tree = _tree(c, top) if _one_of(c, top, "brokers", "generate") == "brokers" else _generated(c, top["generate"])
+    problem = yamldoc.schema_problem(data, SCHEMA, c.lines)
+    if problem is not None:
+        reason = "MissingParameter" if problem.keyword in ("required", "minItems") else None
+        raise c.fail(problem.path, problem.message, reason=reason)
+    assert isinstance(data, dict)
+    top: dict[str, Any] = data
+    tree = _tree(c, top) if _one_of(c, top, "brokers", "generate") == "brokers" else _generated(top["generate"])
     if _one_of(c, top, "classes", "uniform") == "uniform":
-        u = c.mapping(top["uniform"], ("uniform",), _UNIFORM, required=("subscriptions",))
+        u = top["uniform"]
         p: _PathT = ("uniform",)
-        dist = _distribution(c, u.get("lifetime_distribution", "exponential"), (*p, "lifetime_distribution"))
         return uniform_workload(
             tree,
             subscriptions=c.number(u["subscriptions"], (*p, "subscriptions")),
-            classes=c.integer(u.get("classes", 1000), (*p, "classes"), low=1, high=10**9),
-            lifetime_s=c.number(u.get("lifetime_s", 60.0), (*p, "lifetime_s"), positive=True),
+            classes=u.get("classes", 1000),
+            lifetime_s=c.number(u.get("lifetime_s", 60.0), (*p, "lifetime_s")),
             publication_rate=c.number(u.get("publication_rate", 1000.0), (*p, "publication_rate")),
-            lifetime_distribution=dist)
-    items = top["classes"]
-    if not isinstance(items, list) or not items:
-        raise c.fail(("classes",), "expected a non-empty list of filter classes", reason="MissingParameter")
+            lifetime_distribution=u.get("lifetime_distribution", "exponential"))
     groups: list[ClassGroup] = []
-    for i, item in enumerate(items):
+    for i, item in enumerate(top["classes"]):
         group = _group(c, item, ("classes", i), tree)
         if any(g.name == group.name for g in groups):
             raise c.fail(("classes", i, "name"), f"duplicate class {group.name!r}")
@@ -142,36 +129,21 @@ def _validate(data: object, c: _Checker) -> Workload:
     return Workload(tree, tuple(groups))
 
 
-def _distribution(c: _Checker, value: object, path: _PathT) -> str:
-    if value not in LIFETIME_DISTRIBUTIONS:
-        raise c.fail(path, f"{value!r} is not one of {', '.join(LIFETIME_DISTRIBUTIONS)}")
-    return str(value)
-
-
-def _generated(c: _Checker, value: object) -> BrokerTree:
-    p: _PathT = ("generate",)
-    g = c.mapping(value, p, _GENERATE, required=("brokers", "max_per_level"))
-    return paper_tree(c.integer(g["max_per_level"], (*p, "max_per_level"), low=1, high=MAX_BROKERS),
-                      c.integer(g["brokers"], (*p, "brokers"), low=1, high=MAX_BROKERS),
-                      arity=c.integer(g.get("arity", 2), (*p, "arity"), low=1, high=MAX_BROKERS))
+def _generated(g: Mapping[str, Any]) -> BrokerTree:
+    return paper_tree(g["max_per_level"], g["brokers"], arity=g.get("arity", 2))
 
 
 def _tree(c: _Checker, top: Mapping[str, Any]) -> BrokerTree:
     items = top["brokers"]
-    if not isinstance(items, list) or not items:
-        raise c.fail(("brokers",), "expected a non-empty list of brokers")
-    if len(items) > MAX_BROKERS:
-        raise c.fail(("brokers",), f"at most {MAX_BROKERS} brokers")
     names: dict[str, int] = {}
     parent_names: list[str | None] = []
-    for i, item in enumerate(items):
-        m = c.mapping(item, ("brokers", i), _BROKER, required=("name",))
-        name = c.name(m["name"], ("brokers", i, "name"))
+    for i, m in enumerate(items):
+        name = str(m["name"])
         if name in names:
             raise c.fail(("brokers", i, "name"), f"duplicate broker {name!r}")
         names[name] = i
         parent = m.get("parent")
-        parent_names.append(None if parent is None else c.name(parent, ("brokers", i, "parent")))
+        parent_names.append(None if parent is None else str(parent))
     parents: list[int] = []
     for i, parent in enumerate(parent_names):
         if parent is None:
@@ -205,12 +177,9 @@ def _tree(c: _Checker, top: Mapping[str, Any]) -> BrokerTree:
     return BrokerTree(tuple(names), tuple(parents))
 
 
-def _group(c: _Checker, item: object, p: _PathT, tree: BrokerTree) -> ClassGroup:
-    m = c.mapping(item, p, _CLASS, required=("name",))
-    name = c.name(m["name"], (*p, "name"))
-    count = c.integer(m.get("count", 1), (*p, "count"), low=1, high=10**9)
-    life = c.number(m["lifetime_s"], (*p, "lifetime_s"), positive=True) if "lifetime_s" in m else None
-    dist = _distribution(c, m.get("lifetime_distribution", "exponential"), (*p, "lifetime_distribution"))
+def _group(c: _Checker, m: Mapping[str, Any], p: _PathT, tree: BrokerTree) -> ClassGroup:
+    name = str(m["name"])
+    life = c.number(m["lifetime_s"], (*p, "lifetime_s")) if "lifetime_s" in m else None
     if "default" not in m and "at" not in m:
         raise c.fail(p, f"class {name!r} gives no per-broker parameters: missing field 'default' or 'at'",
                      reason="MissingParameter")
@@ -219,10 +188,7 @@ def _group(c: _Checker, item: object, p: _PathT, tree: BrokerTree) -> ClassGroup
     lam = [default[0]] * n
     lifetimes = [default[1]] * n
     pub = [default[2]] * n
-    at = m.get("at", {})
-    if not isinstance(at, dict):
-        raise c.fail((*p, "at"), f"expected a mapping of broker name to parameters, got {_kind(at)}")
-    for broker, params in at.items():
+    for broker, params in m.get("at", {}).items():
         bp: _PathT = (*p, "at", str(broker))
         if str(broker) not in tree.names:
             raise c.fail(bp, f"unknown broker {broker!r}")
@@ -231,20 +197,19 @@ def _group(c: _Checker, item: object, p: _PathT, tree: BrokerTree) -> ClassGroup
     if sum(lam) == 0 and sum(pub) == 0:
         raise c.fail(p, f"class {name!r} has neither subscriptions nor publications anywhere",
                      reason="MissingParameter")
-    return ClassGroup(name=name, count=count, arrival_per_s=tuple(lam), lifetime_s=tuple(lifetimes),
-                      publish_per_s=tuple(pub), lifetime_distribution=dist)
+    return ClassGroup(name=name, count=m.get("count", 1), arrival_per_s=tuple(lam), lifetime_s=tuple(lifetimes),
+                      publish_per_s=tuple(pub), lifetime_distribution=m.get("lifetime_distribution", "exponential"))
 
 
-def _params(c: _Checker, value: object, p: _PathT, class_life: float | None,
+def _params(c: _Checker, m: Mapping[str, Any], p: _PathT, class_life: float | None,
             default: tuple[float, float, float] | None = None) -> tuple[float, float, float]:
     """``(arrival_per_s, lifetime_s, publish_per_s)`` of one broker (or the class default)."""
-    m = c.mapping(value, p, _PARAMS)
     if "arrival_per_s" in m and "subscriptions" in m:
         raise c.fail((*p, "subscriptions"), "give either 'arrival_per_s' or 'subscriptions' (the mean number "
                      "of concurrent subscriptions), not both")
     life = class_life if default is None else default[1]
     if "lifetime_s" in m:
-        life = c.number(m["lifetime_s"], (*p, "lifetime_s"), positive=True)
+        life = c.number(m["lifetime_s"], (*p, "lifetime_s"))
     lam = default[0] if default is not None and "subscriptions" not in m else 0.0
     if "arrival_per_s" in m:
         lam = c.number(m["arrival_per_s"], (*p, "arrival_per_s"))

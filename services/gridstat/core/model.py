@@ -33,7 +33,9 @@ MAX_MODES = 16
 TEMPORARY_MODE_SLOT = 16
 INITIAL_MODE = 0
 
-_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
+#: Names of publishers, variables, routers, clouds and clients (a JSON Schema ``pattern`` too).
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
+_NAME_RE = re.compile(NAME_PATTERN[1:-1])
 
 
 class ValueType(enum.IntEnum):

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from gridstat.core import filtering, yamldoc
-from gridstat.core.model import PRIORITIES, PRIORITY_HIGH, TypeSpec, ValueType, check_name
+from gridstat.core.model import NAME_PATTERN, PRIORITIES, PRIORITY_HIGH, TypeSpec, ValueType
 from gridstat.core.yamldoc import field_name
 from gridstat.errors import ValidationError
 
@@ -35,14 +35,36 @@ MAX_REDUNDANCY = 2
 DEFAULT_CAPACITY_EPS = 50_000
 DEFAULT_BANDWIDTH_KBPS = 100_000
 
-_TOP_KEYS = {"clouds": True, "routers": True, "links": True, "publishers": True, "subscriptions": True}
-_CLOUD_KEYS = {"name": True}
-_ROUTER_KEYS = {"name": True, "role": True, "cloud": True, "capacity_eps": False}
-_LINK_KEYS = {"a": True, "b": True, "latency_ms": True, "bandwidth_kbps": False}
-_PUBLISHER_KEYS = {"name": True, "edge": True, "variables": True}
-_VARIABLE_KEYS = {"name": True, "type": True, "interval_ms": True, "priority": False}
-_SUBSCRIPTION_KEYS = {"name": True, "edge": True, "variable": True, "interval_ms": True, "latency_ms": True,
-                      "redundancy": False}
+#: The file's shape (JSON Schema, checked by jsonschema: core.yamldoc.schema_problem); what refers
+#: to what (clouds, routers, variables) and the duplicates are checked after it, in ``_validate``.
+_NAME = {"type": "string", "pattern": NAME_PATTERN,
+         "description": "a valid name (1-128 letters, digits, '_', '.', ':', '-')"}
+_INTERVAL = {"type": "integer", "minimum": 1, "maximum": 86_400_000}
+
+
+def _obj(required: dict[str, object], optional: dict[str, object] | None = None) -> dict[str, object]:
+    return {"type": "object", "properties": {**required, **(optional or {})}, "required": list(required),
+            "additionalProperties": False}
+
+
+SCHEMA: dict[str, object] = _obj({
+    "clouds": {"type": ["array", "null"], "items": _obj({"name": _NAME})},
+    "routers": {"type": ["array", "null"], "items": _obj(
+        {"name": _NAME, "role": {"enum": list(ROLES)}, "cloud": {}},
+        {"capacity_eps": {"type": "integer", "minimum": 1, "maximum": 0xFFFF_FFFF}})},
+    "links": {"type": ["array", "null"], "items": _obj(
+        {"a": {}, "b": {}, "latency_ms": {"type": "number", "minimum": 0}},
+        {"bandwidth_kbps": {"type": "integer", "minimum": 1, "maximum": 10**12}})},
+    "publishers": {"type": ["array", "null"], "items": _obj({
+        "name": _NAME, "edge": {},
+        "variables": {"type": ["array", "null"], "items": _obj(
+            {"name": _NAME, "type": {"enum": list(VALUE_TYPES)}, "interval_ms": _INTERVAL},
+            {"priority": {"type": "integer", "minimum": PRIORITIES[1], "maximum": PRIORITIES[-1]}})}})},
+    "subscriptions": {"type": ["array", "null"], "items": _obj(
+        {"name": _NAME, "edge": {}, "variable": {}, "interval_ms": _INTERVAL,
+         "latency_ms": {"type": "integer", "minimum": 1}},
+        {"redundancy": {"type": "integer", "minimum": 1, "maximum": MAX_REDUNDANCY}})},
+})
 
 
 class TopologyError(ValidationError):
@@ -169,61 +191,6 @@ class _Checker:
     def fail(self, path: Path_, message: str) -> TopologyError:
         return _error(self.source, self.lines, path, message)
 
-    def mapping(self, value: object, path: Path_, keys: Mapping[str, bool]) -> dict[str, Any]:
-        if not isinstance(value, dict):
-            raise self.fail(path, f"expected a mapping, got {_kind(value)}")
-        for k in value:
-            if k not in keys:
-                raise self.fail((*path, str(k)), f"unknown field {k!r}; expected one of {', '.join(keys)}")
-        for k, required in keys.items():
-            if required and k not in value:
-                raise self.fail(path, f"missing field {k!r}")
-        return value
-
-    def sequence(self, value: object, path: Path_) -> list[Any]:
-        if value is None:
-            return []
-        if not isinstance(value, list):
-            raise self.fail(path, f"expected a list, got {_kind(value)}")
-        return value
-
-    def name(self, value: object, path: Path_) -> str:
-        if not isinstance(value, str):
-            raise self.fail(path, f"expected a name, got {_kind(value)}")
-        try:
-            return check_name(value, what="name")
-        except ValidationError:
-            raise self.fail(path, f"{value!r} is not a valid name (1-128 letters, digits, '_', '.', ':', '-')"
-                            ) from None
-
-    def integer(self, value: object, path: Path_, *, low: int, high: int | None = None) -> int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise self.fail(path, f"expected an integer, got {_kind(value)}")
-        if value < low or (high is not None and value > high):
-            bound = f"{low}..{high}" if high is not None else f">= {low}"
-            raise self.fail(path, f"{value} is out of range ({bound})")
-        return value
-
-    def number(self, value: object, path: Path_, *, low: float) -> float:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise self.fail(path, f"expected a number, got {_kind(value)}")
-        if value < low:
-            raise self.fail(path, f"{value} is out of range (>= {low})")
-        return float(value)
-
-    def choice(self, value: object, path: Path_, choices: tuple[str, ...]) -> str:
-        if value not in choices:
-            raise self.fail(path, f"{value!r} is not one of {', '.join(choices)}")
-        assert isinstance(value, str)
-        return value
-
-
-def _kind(value: object) -> str:
-    if value is None:
-        return "nothing"
-    return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean", int: "an integer",
-            float: "a number"}.get(type(value), type(value).__name__)
-
 
 def parse_topology(text: str, source: str = "topology.yaml") -> Topology:
     """Parse and validate a topology document; ``source`` names it in errors."""
@@ -244,12 +211,15 @@ def load_topology(path: str | Path | None = None) -> Topology:
 
 def _validate(data: object, source: str, lines: dict[str, int]) -> Topology:
     c = _Checker(source, lines)
-    top = c.mapping(data, (), _TOP_KEYS)
+    problem = yamldoc.schema_problem(data, SCHEMA, lines)
+    if problem is not None:
+        raise c.fail(problem.path, problem.message)
+    assert isinstance(data, dict)
+    top: dict[str, Any] = {k: v or [] for k, v in data.items()}
 
     clouds: list[str] = []
-    for i, item in enumerate(c.sequence(top["clouds"], ("clouds",))):
-        m = c.mapping(item, ("clouds", i), _CLOUD_KEYS)
-        name = c.name(m["name"], ("clouds", i, "name"))
+    for i, m in enumerate(top["clouds"]):
+        name = m["name"]
         if name in clouds:
             raise c.fail(("clouds", i, "name"), f"duplicate cloud {name!r}")
         clouds.append(name)
@@ -257,27 +227,23 @@ def _validate(data: object, source: str, lines: dict[str, int]) -> Topology:
         raise c.fail(("clouds",), "at least one cloud is needed")
 
     routers: dict[str, Router] = {}
-    for i, item in enumerate(c.sequence(top["routers"], ("routers",))):
+    for i, m in enumerate(top["routers"]):
         p: Path_ = ("routers", i)
-        m = c.mapping(item, p, _ROUTER_KEYS)
-        name = c.name(m["name"], (*p, "name"))
+        name = m["name"]
         if name in routers:
             raise c.fail((*p, "name"), f"duplicate router {name!r}")
-        role = c.choice(m["role"], (*p, "role"), ROLES)
         cloud = m["cloud"]
         if cloud not in clouds:
             raise c.fail((*p, "cloud"), f"unknown cloud {cloud!r}")
-        capacity = c.integer(m.get("capacity_eps", DEFAULT_CAPACITY_EPS), (*p, "capacity_eps"), low=1,
-                             high=0xFFFF_FFFF)
-        routers[name] = Router(name, role, str(cloud), len(routers) + 1, capacity)
+        routers[name] = Router(name, m["role"], str(cloud), len(routers) + 1,
+                               m.get("capacity_eps", DEFAULT_CAPACITY_EPS))
     if not routers:
         raise c.fail(("routers",), "at least one router is needed")
 
     links: list[Link] = []
     pairs: set[frozenset[str]] = set()
-    for i, item in enumerate(c.sequence(top["links"], ("links",))):
+    for i, m in enumerate(top["links"]):
         p = ("links", i)
-        m = c.mapping(item, p, _LINK_KEYS)
         ends = []
         for end in ("a", "b"):
             r = m[end]
@@ -296,32 +262,24 @@ def _validate(data: object, source: str, lines: dict[str, int]) -> Topology:
                 if r.role != "border":
                     raise c.fail((*p, end), f"link joins clouds {ra.cloud} and {rb.cloud} but {r.name!r} "
                                  f"is a {r.role} router, not a border router")
-        latency = c.number(m["latency_ms"], (*p, "latency_ms"), low=0)
-        bandwidth = c.integer(m.get("bandwidth_kbps", DEFAULT_BANDWIDTH_KBPS), (*p, "bandwidth_kbps"), low=1,
-                              high=10**12)
-        links.append(Link(a, b, latency, bandwidth))
+        links.append(Link(a, b, float(m["latency_ms"]), m.get("bandwidth_kbps", DEFAULT_BANDWIDTH_KBPS)))
 
     publishers: list[Publisher] = []
     variables: dict[str, Variable] = {}
-    for i, item in enumerate(c.sequence(top["publishers"], ("publishers",))):
+    for i, m in enumerate(top["publishers"]):
         p = ("publishers", i)
-        m = c.mapping(item, p, _PUBLISHER_KEYS)
-        name = c.name(m["name"], (*p, "name"))
+        name = m["name"]
         if any(pub.name == name for pub in publishers):
             raise c.fail((*p, "name"), f"duplicate publisher {name!r}")
         edge = _edge(c, m["edge"], (*p, "edge"), routers)
         pvars: list[Variable] = []
-        for j, vitem in enumerate(c.sequence(m["variables"], (*p, "variables"))):
+        for j, vm in enumerate(m["variables"] or ()):
             vp: Path_ = (*p, "variables", j)
-            vm = c.mapping(vitem, vp, _VARIABLE_KEYS)
-            vname = c.name(vm["name"], (*vp, "name"))
+            vname = vm["name"]
             if any(v.name == vname for v in pvars):
                 raise c.fail((*vp, "name"), f"duplicate variable {vname!r} of publisher {name!r}")
-            vtype = c.choice(vm["type"], (*vp, "type"), VALUE_TYPES)
-            interval = c.integer(vm["interval_ms"], (*vp, "interval_ms"), low=1, high=86_400_000)
-            priority = c.integer(vm.get("priority", PRIORITY_HIGH), (*vp, "priority"),
-                                 low=PRIORITIES[1], high=PRIORITIES[-1])
-            var = Variable(name, vname, vtype, interval, priority, len(variables) + 1)
+            var = Variable(name, vname, vm["type"], vm["interval_ms"], vm.get("priority", PRIORITY_HIGH),
+                           len(variables) + 1)
             variables[var.full_name] = var
             pvars.append(var)
         if not pvars:
@@ -329,10 +287,9 @@ def _validate(data: object, source: str, lines: dict[str, int]) -> Topology:
         publishers.append(Publisher(name, edge, tuple(pvars), PUBLISHER_ID_BASE + len(publishers) + 1))
 
     subscriptions: list[Subscription] = []
-    for i, item in enumerate(c.sequence(top["subscriptions"], ("subscriptions",))):
+    for i, m in enumerate(top["subscriptions"]):
         p = ("subscriptions", i)
-        m = c.mapping(item, p, _SUBSCRIPTION_KEYS)
-        name = c.name(m["name"], (*p, "name"))
+        name = m["name"]
         if any(s.name == name for s in subscriptions):
             raise c.fail((*p, "name"), f"duplicate subscription {name!r}")
         edge = _edge(c, m["edge"], (*p, "edge"), routers)
@@ -341,11 +298,8 @@ def _validate(data: object, source: str, lines: dict[str, int]) -> Topology:
             raise c.fail((*p, "variable"), f"{var_name!r} is not of the form 'publisher/variable'")
         if var_name not in variables:
             raise c.fail((*p, "variable"), f"unknown status variable {var_name!r}")
-        interval = c.integer(m["interval_ms"], (*p, "interval_ms"), low=1, high=86_400_000)
-        latency = c.integer(m["latency_ms"], (*p, "latency_ms"), low=1)
-        redundancy = c.integer(m.get("redundancy", 1), (*p, "redundancy"), low=1, high=MAX_REDUNDANCY)
-        subscriptions.append(Subscription(name, edge, var_name, interval, latency, redundancy,
-                                          SUBSCRIBER_ID_BASE + len(subscriptions) + 1))
+        subscriptions.append(Subscription(name, edge, var_name, m["interval_ms"], m["latency_ms"],
+                                          m.get("redundancy", 1), SUBSCRIBER_ID_BASE + len(subscriptions) + 1))
     return Topology(source, tuple(clouds), tuple(routers.values()), tuple(links), tuple(publishers),
                     tuple(subscriptions), lines)
 

@@ -1,8 +1,10 @@
 """gRPC calls to the QoS brokers, with deadlines, retries and a typed error per outcome.
 
 The operator never lets a gRPC error reach kopf: every call goes through :meth:`Brokers.call`,
-which retries what is worth retrying right away (``UNAVAILABLE``, a missed deadline, a broker
-saying ``ModeChangeInProgress``) a few times with exponential backoff and jitter, then raises:
+whose channel's gRPC retry policy (``gridstat.core.rpc.retry_options``) retries what is worth
+retrying right away (``UNAVAILABLE``: no connection, or a broker saying ``ModeChangeInProgress``;
+``RESOURCE_EXHAUSTED``: a busy broker, after the delay it asks for) a few times with exponential
+backoff and jitter, within the call's deadline, then raises:
 
 * :class:`BrokerUnavailable` (``retriable``): no answer; the handler turns it into a
   ``kopf.TemporaryError`` with a growing delay and a condition that says so;
@@ -16,24 +18,24 @@ Admission rejections come in the reply, not as errors (``SubscribeReply.admitted
 
 from __future__ import annotations
 
-import asyncio
-import random
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import grpc
 import grpc.aio
 
+from gridstat.core import rpc
 from gridstat.core.tls import ClientChannel
 from gridstat.v1 import broker_pb2_grpc as bpb_grpc
 from gridstat_operator import conditions
 from gridstat_operator import config as configs
 
-T = TypeVar("T")
-
 #: Refusals that pass on their own: retried in place, then reported as retriable.
 RETRIABLE_REASONS = frozenset({"ModeChangeInProgress", "Unavailable", "RouterUnavailable", "BrokerUnavailable",
                                "BrokerBusy"})  # BrokerBusy: over the broker's admission bound (broker.gate)
+#: What a channel's retry policy retries at once: no connection or a retriable refusal
+#: (``UNAVAILABLE``), a busy broker (``RESOURCE_EXHAUSTED``, with the delay it asks for).
+RETRIED_CODES = ("UNAVAILABLE", "RESOURCE_EXHAUSTED")
 #: gRPC codes that mean "no answer", as opposed to "no".
 UNAVAILABLE_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
                                grpc.StatusCode.CANCELLED})
@@ -103,13 +105,16 @@ class Brokers:
         self.config = config
         self.attempts = attempts
         self.backoff_s = backoff_s
-        #: One channel per broker, following its certificate files (renewed without a restart).
-        self._channels: dict[str, ClientChannel] = {}
+        #: A channel per broker and number of attempts (its retry policy), following its certificate
+        #: files (renewed without a restart).
+        self._channels: dict[tuple[str, int], ClientChannel] = {}
 
-    def stub(self, address: str) -> bpb_grpc.QoSBrokerStub:
-        channel = self._channels.get(address)
+    def stub(self, address: str, attempts: int | None = None) -> bpb_grpc.QoSBrokerStub:
+        n = attempts or self.attempts
+        channel = self._channels.get((address, n))
         if channel is None:
-            channel = self._channels[address] = ClientChannel(address, self.config.tls)
+            options = rpc.retry_options(n, self.backoff_s, codes=RETRIED_CODES)
+            channel = self._channels[(address, n)] = ClientChannel(address, self.config.tls, options)
         return channel.stub(bpb_grpc.QoSBrokerStub)
 
     def leaf(self, cloud: str) -> str:
@@ -130,25 +135,13 @@ class Brokers:
             timeout_s: float | None = None,
             attempts: int | None = None,
     ) -> Any:
-        """``QoSBroker.<method>(request)`` at ``address``, retried while it is worth it."""
-        def bound() -> Callable[..., Awaitable[Any]]:
-            return getattr(self.stub(address), method)  # type: ignore[no-any-return]
-        return await self._retrying(address, lambda: bound()(request, timeout=timeout_s or self.config.timeout_s),
-                                    attempts or self.attempts)
-
-    async def _retrying(self, address: str, fn: Callable[[], Awaitable[T]], attempts: int) -> T:
-        last: BrokerError | None = None
-        for attempt in range(attempts):
-            if attempt:
-                await asyncio.sleep(self.backoff_s * 2 ** (attempt - 1) * (0.5 + random.random()))
-            try:
-                return await fn()
-            except grpc.aio.AioRpcError as exc:
-                last = classify(exc, target=address)
-                if not last.retriable:
-                    raise last from None
-        assert last is not None
-        raise last
+        """``QoSBroker.<method>(request)`` at ``address``, retried by gRPC while it is worth it
+        (``attempts`` in all, within ``timeout_s``); a typed :class:`BrokerError` otherwise."""
+        call: Callable[..., Awaitable[Any]] = getattr(self.stub(address, attempts), method)
+        try:
+            return await call(request, timeout=timeout_s or self.config.timeout_s)
+        except grpc.aio.AioRpcError as exc:
+            raise classify(exc, target=address) from None
 
     async def close(self) -> None:
         """Close every channel (idempotent)."""

@@ -155,8 +155,11 @@ class AdmissionGate:
                         "(%d); %d in progress", self.refused["global"], self.limit, self.refused["caller"],
                         self.per_caller, self.in_flight)
         code = grpc.StatusCode.RESOURCE_EXHAUSTED
+        # the hint three ways: our key, google.rpc.RetryInfo, and gRPC's own retry pushback (a client whose
+        # retry policy covers RESOURCE_EXHAUSTED waits that long before its next attempt)
         context.set_trailing_metadata(((REASON_KEY, REASON), (FIELD_KEY, ""), (RETRY_AFTER_KEY, str(ms)),
-                                       (STATUS_DETAILS_KEY, retry_status(code.value[0], message, ms))))
+                                       (STATUS_DETAILS_KEY, retry_status(code.value[0], message, ms)),
+                                       ("grpc-retry-pushback-ms", str(ms))))
         await context.abort(code, message)
         raise AssertionError("unreachable: abort raises")
 

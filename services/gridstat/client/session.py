@@ -12,15 +12,13 @@ comes back as an :class:`AdmissionNote` on the result and on the rejection alike
 
 from __future__ import annotations
 
-import asyncio
-import random
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import grpc
 
-from gridstat.core import protoconv
+from gridstat.core import protoconv, rpc
 from gridstat.core.model import (
     PRIORITY_HIGH,
     StatusVariable,
@@ -290,8 +288,10 @@ class EdgeSession:
     """The client side of an edge router's ``EdgeProxy``: one gRPC channel, reconnecting with backoff.
 
     Create it inside a running event loop; ``close()`` (or ``async with``) releases the channel.
-    A call that cannot reach the edge router (UNAVAILABLE without a ``gridstat-reason``) is retried
-    ``attempts`` times with exponential backoff; every other error is raised at once.
+    A call that cannot reach the edge router (UNAVAILABLE) is retried by gRPC's retry policy
+    (``core.rpc.retry_options``): ``attempts`` in all, exponential backoff from ``backoff_base_s``,
+    within the call's deadline ``timeout_s``. The edge router's own answers, errors included, are not
+    retried (they carry ``core.rpc.NO_RETRY``): every other error is raised at once.
     """
 
     def __init__(self, edge_control: str, *, tls: TlsFiles | None = None, timeout_s: float = 20.0,
@@ -308,7 +308,8 @@ class EdgeSession:
         self.edge_router_id = 0
         self.backoff_base_s = backoff_base_s
         #: Follows its certificate files: a renewed client certificate is used without a restart.
-        self._client = ClientChannel(edge_control, tls, _CHANNEL_OPTIONS)
+        self._client = ClientChannel(edge_control, tls,
+                                     (*_CHANNEL_OPTIONS, *rpc.retry_options(self.attempts, backoff_base_s)))
 
     async def close(self) -> None:
         await self._client.close()
@@ -321,16 +322,10 @@ class EdgeSession:
 
     async def _call(self, method: str, request: Any, *, subscribing: bool = False) -> Any:
         call: Callable[..., Awaitable[Any]] = getattr(self._client.stub(epb_grpc.EdgeProxyStub), method)
-        for attempt in range(1, self.attempts + 1):
-            try:
-                return await call(request, timeout=self.timeout_s)
-            except grpc.aio.AioRpcError as exc:
-                transport = exc.code() is grpc.StatusCode.UNAVAILABLE and REASON_KEY not in _metadata(exc)
-                if transport and attempt < self.attempts:
-                    await asyncio.sleep(self.backoff_base_s * 2 ** (attempt - 1) * (0.5 + random.random()))
-                    continue
-                raise error_from_rpc(exc, subscribing=subscribing) from None
-        raise AssertionError("unreachable")  # pragma: no cover
+        try:
+            return await call(request, timeout=self.timeout_s)
+        except grpc.aio.AioRpcError as exc:
+            raise error_from_rpc(exc, subscribing=subscribing) from None
 
     # -- clients ----------------------------------------------------------------------------------
     async def register_publisher(self, name: str, first_time: bool = True, *,

@@ -63,20 +63,42 @@ async def guarded(context: Any, call: Callable[[], Awaitable[T]]) -> T:
         raise AssertionError("unreachable: abort raises") from exc
 
 
+def retry_service_config(attempts: int, initial_backoff_s: float, *, max_backoff_s: float = 2.0,
+                         codes: tuple[str, ...] = ("UNAVAILABLE",)) -> str | None:
+    """A gRPC service config whose retry policy (gRFC A6) retries every method up to ``attempts`` times
+    in all (gRPC's limit is 5) on ``codes``, with exponential backoff from ``initial_backoff_s`` and
+    gRPC's own jitter, all within the call's one deadline; None for a single attempt. A server stops
+    the retries of one answer with :data:`NO_RETRY` in its trailing metadata."""
+    if attempts < 2:
+        return None
+    return json.dumps({
+        "methodConfig": [{
+            "name": [{}],
+            "retryPolicy": {
+                "maxAttempts": min(attempts, 5),
+                "initialBackoff": f"{initial_backoff_s:g}s",
+                "maxBackoff": f"{max(max_backoff_s, initial_backoff_s):g}s",
+                "backoffMultiplier": 2,
+                "retryableStatusCodes": list(codes),
+            },
+        }],
+    })
+
+
+def retry_options(attempts: int, initial_backoff_s: float, *, max_backoff_s: float = 2.0,
+                  codes: tuple[str, ...] = ("UNAVAILABLE",)) -> list[tuple[str, Any]]:
+    """Channel options that make gRPC retry as :func:`retry_service_config` says (or not at all)."""
+    config = retry_service_config(attempts, initial_backoff_s, max_backoff_s=max_backoff_s, codes=codes)
+    return [("grpc.enable_retries", 1), ("grpc.service_config", config)] if config else [("grpc.enable_retries", 0)]
+
+
+#: Trailing metadata with which a server tells a client's retry policy not to retry this answer
+#: (gRFC A6's server pushback: a negative delay).
+NO_RETRY = ("grpc-retry-pushback-ms", "-1")
+
 #: Client-side retries for calls between roles: UNAVAILABLE (no connection, the peer restarting) is
 #: retried with exponential backoff by gRPC itself; the channel reconnects with backoff too.
-RETRY_SERVICE_CONFIG = json.dumps({
-    "methodConfig": [{
-        "name": [{}],
-        "retryPolicy": {
-            "maxAttempts": 4,
-            "initialBackoff": "0.1s",
-            "maxBackoff": "2s",
-            "backoffMultiplier": 2,
-            "retryableStatusCodes": ["UNAVAILABLE"],
-        },
-    }],
-})
+RETRY_SERVICE_CONFIG = retry_service_config(4, 0.1)
 
 
 def channel_options() -> list[tuple[str, Any]]:

@@ -4,22 +4,23 @@ The edge status router is the sole proxy of end entities' commands to the manage
 (dissertation 1, 3.2.4): a client talks only to its edge router's control port, and the
 ``EdgeProxy`` service there relays each call to the cloud's leaf QoS broker (``QoSBroker`` in
 broker.proto) with the router's own name filled in (the ``edge_router`` fields). The relay has a
-deadline, retries UNAVAILABLE with exponential backoff and jitter, and passes the broker's errors
-back unchanged: status code, details and the ``gridstat-*`` trailing metadata. A broker that
+deadline; gRPC's retry policy (``core.rpc.retry_options``) retries UNAVAILABLE with exponential
+backoff and jitter within it; the broker's errors come back unchanged: status code, details and the
+``gridstat-*`` trailing metadata, with the pushback that stops the client's own retries
+(``core.rpc.NO_RETRY``: an answer is not retried twice). A broker that
 cannot be reached comes back as UNAVAILABLE with reason ``BrokerUnavailable``; the data plane
 never waits on any of this (the relay is a coroutine on the router's loop, nothing more).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import random
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
 
+from gridstat.core import rpc
 from gridstat.core.tls import ANONYMOUS, IDENTITY_KEY, ClientChannel, TlsFiles, peer_identities
 from gridstat.errors import ValidationError
 from gridstat.v1 import broker_pb2 as bpb
@@ -53,12 +54,6 @@ def _gridstat_metadata(exc: grpc.aio.AioRpcError) -> tuple[tuple[str, str], ...]
     return tuple((str(k), str(v)) for k, v in md if str(k).startswith("gridstat-") and isinstance(v, str))
 
 
-def backoff_s(attempt: int, base_s: float, rng: random.Random | None = None) -> float:
-    """Sleep before retry ``attempt`` (1 = first retry): base * 2**(attempt-1), times 0.5..1.5 jitter."""
-    r = (rng or random).random()
-    return float(base_s * (2 ** (attempt - 1)) * (0.5 + r))
-
-
 class EdgeProxyServicer(epb_grpc.EdgeProxyServicer):
     """Relays ``EdgeProxy`` calls to the leaf broker's ``QoSBroker`` service."""
 
@@ -78,10 +73,10 @@ class EdgeProxyServicer(epb_grpc.EdgeProxyServicer):
         self.backoff_base_s = backoff_base_s
         #: Relayed calls by outcome, for tests and logs.
         self.relayed = 0
-        self.retries = 0
         self.failed = 0
+        options = (*CHANNEL_OPTIONS, *rpc.retry_options(attempts, backoff_base_s))
         try:  # follows its certificate files: a renewed certificate is used without a restart
-            self._client = ClientChannel(broker_address, tls, CHANNEL_OPTIONS)
+            self._client = ClientChannel(broker_address, tls, options)
         except ValidationError as exc:  # name the router's own option: --broker-tls-*
             raise ValidationError(f"broker {exc.args[0]}", field=f"broker_{exc.field}") from exc
 
@@ -102,26 +97,17 @@ class EdgeProxyServicer(epb_grpc.EdgeProxyServicer):
 
     async def _relay(self, method: str, request: Any, context: Any) -> Any:
         call: Callable[..., Awaitable[Any]] = getattr(self._client.stub(bpb_grpc.QoSBrokerStub), method)
-        last: grpc.aio.AioRpcError | None = None
         # The client's verified certificate identities (mTLS at this proxy), for the broker to bind the
         # request's client name to (broker.authz.IdentityBinding); nothing without a client certificate.
         metadata = tuple((IDENTITY_KEY, i) for i in peer_identities(context)) or ((IDENTITY_KEY, ANONYMOUS),)
-        for attempt in range(1, self.attempts + 1):
-            try:
-                reply = await call(request, timeout=self._deadline(context), metadata=metadata)
-            except grpc.aio.AioRpcError as exc:
-                last = exc
-                if exc.code() is grpc.StatusCode.UNAVAILABLE and attempt < self.attempts:
-                    self.retries += 1
-                    await asyncio.sleep(backoff_s(attempt, self.backoff_base_s))
-                    continue
-                break
-            self.relayed += 1
-            return reply
-        assert last is not None
-        self.failed += 1
-        await self._abort(method, last, context)
-        raise last  # unreachable: abort raises
+        try:  # gRPC retries UNAVAILABLE itself (the channel's retry policy), within the deadline
+            reply = await call(request, timeout=self._deadline(context), metadata=metadata)
+        except grpc.aio.AioRpcError as exc:
+            self.failed += 1
+            await self._abort(method, exc, context)
+            raise  # unreachable: abort raises
+        self.relayed += 1
+        return reply
 
     async def _abort(self, method: str, exc: grpc.aio.AioRpcError, context: Any) -> None:
         code = exc.code()
@@ -140,8 +126,7 @@ class EdgeProxyServicer(epb_grpc.EdgeProxyServicer):
             details = f"{BROKER_TIMEOUT}: leaf broker {self.broker_address} did not answer {method} in time " \
                       f"({details})"
             metadata = ((REASON_KEY, BROKER_TIMEOUT), (FIELD_KEY, ""))
-        if metadata:
-            context.set_trailing_metadata(metadata)
+        context.set_trailing_metadata((*metadata, rpc.NO_RETRY))
         await context.abort(code, details)
 
     # -- EdgeProxy ---------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from gridstat.client import (
     SubscriptionRejected,
 )
 from gridstat.client.session import error_from_rpc, parse_address, result_from_pb, type_from_pb, type_to_pb
+from gridstat.core import rpc
 from gridstat.core.model import BOOL, FLOAT, INT, StructType, TypeSpec, ValueType
 from gridstat.errors import ChannelUnavailable, GridStatError, NotFound, UnknownVariable, ValidationError
 from gridstat.v1 import broker_pb2 as bpb
@@ -127,11 +128,16 @@ def test_parse_address() -> None:
 class FakeEdge(epb_grpc.EdgeProxyServicer):  # type: ignore[misc]
     seen: list[Any] = field(default_factory=list)
     unavailable: int = 0
+    #: Answer UNAVAILABLE as an edge proxy relaying its broker's refusal does: with a reason and the
+    #: pushback that stops the client's retries (core.rpc.NO_RETRY).
+    answered: bool = False
 
     async def RegisterClient(self, request: bpb.RegisterClientRequest, context: Any) -> bpb.RegisterClientReply:
         self.seen.append(request)
         if self.unavailable > 0:
             self.unavailable -= 1
+            if self.answered:
+                context.set_trailing_metadata((("gridstat-reason", "BrokerUnavailable"), rpc.NO_RETRY))
             await context.abort(grpc.StatusCode.UNAVAILABLE, "not yet")
         cid = 11 if request.kind == bpb.CLIENT_KIND_PUBLISHER else 21
         return bpb.RegisterClientReply(client_id=cid, event_host="127.0.0.1", event_port=4999)
@@ -205,6 +211,16 @@ async def test_session_calls(edge: tuple[FakeEdge, str]) -> None:
         with pytest.raises(NotFound) as nf:
             await s.unsubscribe("s-9")
         assert nf.value.field == "subscription_id" and str(nf.value) == "NotFound: s-9"
+
+
+async def test_an_edge_routers_own_answer_is_not_retried_but_raised(edge: tuple[FakeEdge, str]) -> None:
+    fake, address = edge
+    fake.unavailable, fake.answered = 3, True
+    async with EdgeSession(address, attempts=3, backoff_base_s=0.01) as s:
+        with pytest.raises(GridStatError) as info:
+            await s.register_publisher("pmu1")
+    assert info.value.retriable and info.value.reason == "BrokerUnavailable"
+    assert len(fake.seen) == 1  # once: the answer said not to retry it
 
 
 async def test_unreachable_edge_is_retriable() -> None:

@@ -167,9 +167,7 @@ class Publisher:
 
     async def attach(self, edge_control: str, *, tls: TlsFiles | None = None) -> EdgeLeg:
         """Attach at one more edge router (its control port) and send every event there too."""
-        first = self.session
-        sess = EdgeSession(edge_control, tls=tls, timeout_s=first.timeout_s if first else 20.0,
-                           attempts=first.attempts if first else 3)
+        sess = self.session.sibling(edge_control, tls=tls) if self.session else EdgeSession(edge_control, tls=tls)
         try:
             client_id, address = await sess.register_publisher(self.name, also=True)
             if client_id != self.publisher_id:

@@ -311,6 +311,12 @@ class EdgeSession:
         self._client = ClientChannel(edge_control, tls,
                                      (*_CHANNEL_OPTIONS, *rpc.retry_options(self.attempts, backoff_base_s)))
 
+    def sibling(self, edge_control: str, *, tls: TlsFiles | None = None) -> EdgeSession:
+        """A session with another edge router, with this one's deadline and retries (a multi-homed
+        client's other edge routers, docs/redundancy.md)."""
+        return EdgeSession(edge_control, tls=tls, timeout_s=self.timeout_s, attempts=self.attempts,
+                           backoff_base_s=self.backoff_base_s)
+
     async def close(self) -> None:
         await self._client.close()
 

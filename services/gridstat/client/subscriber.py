@@ -140,8 +140,7 @@ class Subscriber:
         if self.session is None:
             raise ValidationError(f"subscriber {self.name} has no edge session; use Subscriber.connect",
                                   field="session")
-        first = self.session
-        sess = EdgeSession(edge_control, tls=tls, timeout_s=first.timeout_s, attempts=first.attempts)
+        sess = self.session.sibling(edge_control, tls=tls)
         try:
             client_id = await sess.register_subscriber(self.name, self.address, also=True)
             if client_id != self.subscriber_id:

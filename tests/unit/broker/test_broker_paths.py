@@ -74,6 +74,12 @@ def brute_force(topo: Topology, src: str, dst: str, k: int, fwd: float, allowed:
     """(the largest j <= k of interior-disjoint paths, the least total latency of j such paths)."""
     paths = [(path_latency(topo, p, forwarding_ms=fwd), frozenset(p[1:-1])) for p in
              simple_paths(topo, src, dst, allowed)]
+    return best_disjoint(paths, k)
+
+
+def best_disjoint(paths: list[tuple[float, frozenset[str]]], k: int) -> tuple[int, float]:
+    """Among (latency, routers it may not share) paths: the largest j <= k of pairwise disjoint ones
+    and the least total latency of j such paths, by enumeration."""
     best: dict[int, float] = {0: 0.0}
 
     def extend(start: int, used: frozenset[str], count: int, total: float) -> None:
@@ -82,9 +88,9 @@ def brute_force(topo: Topology, src: str, dst: str, k: int, fwd: float, allowed:
         if count == k:
             return
         for i in range(start, len(paths)):
-            latency, interior = paths[i]
-            if not interior & used:
-                extend(i + 1, used | interior, count + 1, total + latency)
+            latency, routers = paths[i]
+            if not routers & used:
+                extend(i + 1, used | routers, count + 1, total + latency)
 
     extend(0, frozenset(), 0, 0.0)
     j = max(best)
@@ -160,21 +166,7 @@ def brute_force_multi(topo: Topology, srcs: tuple[str, ...], dsts: tuple[str, ..
             for p in simple_paths(topo, s, t, allowed):
                 if not set(p[1:-1]) & ends_:
                     paths.append((path_latency(topo, p, forwarding_ms=fwd), frozenset(p) - shared))
-    best: dict[int, float] = {0: 0.0}
-
-    def extend(start: int, used: frozenset[str], count: int, total: float) -> None:
-        if total < best.get(count, float("inf")):
-            best[count] = total
-        if count == k:
-            return
-        for i in range(start, len(paths)):
-            latency, routers = paths[i]
-            if not routers & used:
-                extend(i + 1, used | routers, count + 1, total + latency)
-
-    extend(0, frozenset(), 0, 0.0)
-    j = max(best)
-    return j, best[j]
+    return best_disjoint(paths, k)
 
 
 @pytest.mark.parametrize("seed", range(120))

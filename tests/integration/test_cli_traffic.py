@@ -30,7 +30,7 @@ import pytest
 
 from gridstat.v1 import broker_pb2 as bpb
 
-from .brokerprocs import BrokerProc, add_link, add_router, start_broker
+from .brokerprocs import BrokerProc, add_link, add_router, start_broker, wait_for
 from .routerprocs import RouterProc, start_router
 
 pytestmark = pytest.mark.integration
@@ -112,6 +112,11 @@ class Client:
         finals = [d for d in self.json_lines() if d.get("final")]
         assert finals, f"no final line: {self.lines[-3:]}"
         return self.proc.returncode, finals[-1]
+
+    def stderr_so_far(self) -> str:
+        """What the running process wrote on stderr yet; unlike ``stderr`` it leaves the shared file offset
+        where the process writes alone."""
+        return os.pread(self.err.fileno(), 1 << 20, 0).decode(errors="replace")
 
     def stderr(self) -> str:
         if self.err.closed:
@@ -273,7 +278,8 @@ def test_unreachable_edge_retries_then_exits_4_with_once() -> None:
                                "--variable", "pmu1/freq", "--once"], capture_output=True, text=True, timeout=30)
         assert once.returncode == 4 and "giving up" in once.stderr and "Traceback" not in once.stderr
         retrying = gridstat("publish", "--name", "pmu9", "--edge", edge, "--variable", "freq", "--retry-max-s", "0.5")
-        time.sleep(2.5)
+        assert wait_for(lambda: retrying.stderr_so_far().count("retrying in") >= 2, timeout_s=20), \
+            retrying.stderr_so_far()
         retrying.proc.send_signal(signal.SIGTERM)
         retrying.proc.communicate(timeout=15)
         retrying.close()

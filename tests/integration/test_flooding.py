@@ -104,7 +104,13 @@ def test_flooding_in_a_cyclic_cloud_one_copy_per_timestamp_and_no_gap_for_a_subs
                     time.sleep(0.4)
             finally:
                 sent = feed.stop()
-            time.sleep(0.2)
+
+            def subscription_caught_up() -> bool:  # what the assertions below check, once delivered
+                have = {ts for v, ts in ems.events if v == var}
+                return bool(have) and all(ts in have for ts in sent
+                                          if ts >= min(have) and filtering.should_forward(ts, 10, 20))
+
+            wait_for(subscription_caught_up, timeout_s=5)
             duplicates = sum(stats(r).drops["flood_duplicate"] for r in routers.values())
             assert all(stats(r).flooded_variables == 0 for r in routers.values())
     finally:

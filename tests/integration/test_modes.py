@@ -169,7 +169,12 @@ def test_switch_keeps_common_streams_whole_stops_old_starts_new_and_tells_subscr
         time.sleep(0.2)
     finally:
         sent = feed.stop()
-    time.sleep(0.2)
+
+    def common_caught_up() -> bool:  # every event of the common subscription sent since its first arrived
+        got = {ts for v, ts in sink.events if v == ids["both"]}
+        return bool(got) and all(ts in got for ts in sent if ts >= min(got))
+
+    wait_for(common_caught_up, timeout_s=5)
     sink.close()
     both = [ts for v, ts in sink.events if v == ids["both"]]
     assert len(both) == len(set(both)), "a common subscription got a duplicate across the switch"

@@ -17,6 +17,7 @@ import pytest
 from gridstat.core import wire
 from gridstat.v1 import router_pb2 as pb
 
+from .brokerprocs import wait_for
 from .routerprocs import RouterProc, routers, start_router
 
 pytestmark = pytest.mark.integration
@@ -134,7 +135,9 @@ def test_a_shaped_link_keeps_the_valuable_stream_in_bound_and_tells_the_shed_sub
             feed = Feed(r1.port, {HI_VAR: 100, **dict.fromkeys(LO_VARS, 50)})  # 10 + 200 events/s
             time.sleep(4.0)
             feed.stop()
-            time.sleep(1.0)
+            # Drained: nothing queued at either router (the shaped link's backlog included), the stream received.
+            wait_for(lambda: all(c.queued == 0 for r in (r1, r2) for c in stats(r).channels)
+                     and len(hi.latency_ms.get(HI_VAR, [])) >= 0.9 * feed.sent[HI_VAR], timeout_s=10)
             s1 = stats(r1)
         link = next(c for c in s1.channels if c.name == "r2")
         assert link.shaped and link.drops["link_overload"] > 300
@@ -166,14 +169,22 @@ def test_router_cpu_overload_sheds_the_cheapest_best_effort_link() -> None:
         channel(r, "sub:lo", 51, pb.CHANNEL_KIND_SUBSCRIBER, lo.port)
         install(r, ("hi/0", HI_VAR, "sub:hi", 20, 10.0, False), ("lo/0", 2, "sub:lo", 5, 0.5, True))
         feed = Feed(r.port, {HI_VAR: 20, 2: 5})
-        time.sleep(3.0)
+
+        def lo_drops(s: pb.RouterStats) -> int:
+            return next(c for c in s.channels if c.name == "sub:lo").drops["cpu_overload"]
+
+        # Under the load until the router sheds the cheap link and drops its events (within seconds).
+        wait_for(lambda: stats(r).sheds["shed"] >= 1 and lo_drops(stats(r)) > 0, timeout_s=15)
         s = stats(r)
         feed.stop()
-        time.sleep(0.3)
+
+        def shed_notices() -> list[wire.ShedNotice]:
+            return [n for n, _ in lo.notices if n.reason_name == "cpu_overload" and n.action_name == "shed"]
+
+        wait_for(lambda: shed_notices() and len(hi.latency_ms.get(HI_VAR, [])) >= 0.9 * feed.sent[HI_VAR])
         assert s.load > 0.5 and s.sheds["shed"] >= 1
-        lo_channel = next(c for c in s.channels if c.name == "sub:lo")
-        assert lo_channel.drops["cpu_overload"] > 0
-        shed = [n for n, _ in lo.notices if n.reason_name == "cpu_overload" and n.action_name == "shed"]
+        assert lo_drops(s) > 0
+        shed = shed_notices()
         assert shed and shed[0].entries == ((2, 0),)
         assert not hi.notices  # the guaranteed subscriber was never shed
         assert len(hi.latency_ms.get(HI_VAR, [])) >= 0.9 * feed.sent[HI_VAR]

@@ -172,6 +172,11 @@ class EdgeProxyServicer(epb_grpc.EdgeProxyServicer):
         reply: bpb.ListSubscriptionsReply = await self._relay("ListSubscriptions", request, context)
         return reply
 
+    async def ListModes(self, request: bpb.ListModesRequest, context: Any) -> bpb.ListModesReply:
+        """The cloud's operating modes (dissertation 6.3), for clients subscribing per mode."""
+        reply: bpb.ListModesReply = await self._relay("ListModes", request, context)
+        return reply
+
     async def SetFloodAll(self, request: bpb.SetFloodAllRequest, context: Any) -> bpb.BrokerFloodingReply:
         """A flood-all subscription (dissertation 5.1): the broker sets the flag of the subscriber's channel."""
         reply: bpb.BrokerFloodingReply = await self._relay("SetFloodAll", request, context)

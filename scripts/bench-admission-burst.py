@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 
 from gridstat.bench.burst import burst_in_cloud, report
-from gridstat.chaos import scenarios
+from gridstat.chaos import diamond
 
 NO_BOUND = ("--max-admissions", "1000000", "--max-admissions-per-caller", "1000000")
 
@@ -26,7 +26,7 @@ def main() -> None:
             ("default bound, all at once", (), n)]
     rows = []
     for label, extra, parallelism in runs:
-        rows.append((label, burst_in_cloud(scenarios.cloud, calls=n, parallelism=parallelism, broker_extra=extra,
+        rows.append((label, burst_in_cloud(diamond.cloud, calls=n, parallelism=parallelism, broker_extra=extra,
                                            deadline_s=args.deadline_s)))
         print(f"{label}: {dict(rows[-1][1].outcomes)}", flush=True)
     print(report(rows))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from gridstat.chaos import checks, scenarios
+from gridstat.chaos import checks, diamond, scenarios
 from gridstat.cli.main import main
 
 pytestmark = pytest.mark.integration
@@ -89,8 +89,8 @@ def test_broker_keys_channels_and_the_edge_refuses_forged_and_replayed_datagrams
     from gridstat.core import wire
     from gridstat.v1 import router_pb2 as rpb
 
-    monkeypatch.setattr(scenarios, "AUTH", True)
-    with scenarios.cloud() as c:
+    monkeypatch.setattr(diamond, "AUTH", True)
+    with diamond.cloud() as c:
         c.register_publisher()
         assert len(c.publisher_key) == 32
         e1 = c.routers["e1"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from gridstat.bench.burst import burst_in_cloud, report
-from gridstat.chaos import scenarios
+from gridstat.chaos import diamond
 
 pytestmark = pytest.mark.integration
 
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.integration
 def test_burst_is_answered_admitted_or_busy_and_a_legitimate_client_gets_through(parallelism: int) -> None:
     # 2,000 calls from one client, 500 in flight (four times the default bound: 128, 32 per caller), then
     # all at once: past gRPC core's default pending-call queue (1,000), whose excess it would CANCEL.
-    r = burst_in_cloud(scenarios.cloud, calls=2_000, parallelism=parallelism, deadline_s=20)
+    r = burst_in_cloud(diamond.cloud, calls=2_000, parallelism=parallelism, deadline_s=20)
     table = report([("test", r)])
     assert sum(r.outcomes.values()) == 2_000, table
     assert r.outcomes["CANCELLED"] == 0, table
@@ -30,7 +30,7 @@ def test_burst_is_answered_admitted_or_busy_and_a_legitimate_client_gets_through
 
 def test_bound_is_a_broker_option() -> None:
     # A bound of 1 per caller: the flood gets one admission at a time, the rest are refused busy.
-    r = burst_in_cloud(scenarios.cloud, calls=300, parallelism=100, broker_extra=("--max-admissions-per-caller", "1"),
+    r = burst_in_cloud(diamond.cloud, calls=300, parallelism=100, broker_extra=("--max-admissions-per-caller", "1"),
                        deadline_s=20)
     table = report([("per caller 1", r)])
     assert r.outcomes["CANCELLED"] == 0 and r.outcomes["RESOURCE_EXHAUSTED"] > r.outcomes["admitted"], table

@@ -8,7 +8,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from gridstat.chaos import scenarios
+from gridstat.chaos import diamond
 from gridstat.v1 import broker_pb2 as bpb
 
 pytestmark = pytest.mark.integration
@@ -29,12 +29,12 @@ def test_policy_is_enforced_at_registration_and_subscription(tmp_path: Path) -> 
     policy.write_text(POLICY)
     # The policy is what this test is about, not who the clients are: plaintext with the explicit opt-out
     # (with mTLS the names are certificate identities: test_identity_binding.py).
-    with scenarios.cloud(broker_extra=("--policy", str(policy), "--insecure-client-names")) as c:
+    with diamond.cloud(broker_extra=("--policy", str(policy), "--insecure-client-names")) as c:
         c.register_publisher()  # pmu1/freq: allowed
         stub = c.stub
         with pytest.raises(grpc.RpcError) as exc:
             stub.RegisterPublication(bpb.RegisterPublicationRequest(publication=bpb.Publication(
-                publisher="rogue", variable="freq", type=scenarios.FLOAT, interval_ms=10, edge_router="e1")), timeout=5)
+                publisher="rogue", variable="freq", type=diamond.FLOAT, interval_ms=10, edge_router="e1")), timeout=5)
         assert exc.value.code() == grpc.StatusCode.PERMISSION_DENIED
         meta = dict(exc.value.trailing_metadata() or ())
         assert meta.get("gridstat-reason") == "Unauthorized" and meta.get("gridstat-field") == "publication.variable"
@@ -50,4 +50,4 @@ def test_policy_is_enforced_at_registration_and_subscription(tmp_path: Path) -> 
         assert c.half_installed() == ""
         # The policy is re-read without a restart.
         policy.write_text(POLICY + "  - clients: [intruder]\n    variables: [\"pmu1/*\"]\n")
-        assert scenarios.wait_for(lambda: c.subscribe("intruder").admitted, timeout_s=5)
+        assert diamond.wait_for(lambda: c.subscribe("intruder").admitted, timeout_s=5)

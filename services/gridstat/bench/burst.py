@@ -2,7 +2,7 @@
 
 ``scripts/bench-admission-burst.py`` (docs/benchmarks.md, "Admission burst") and
 ``tests/integration/test_admission_burst.py`` use it. The cloud is the chaos suite's diamond (four
-real routers and a real ``gridstat broker`` process, ``chaos.scenarios.cloud``); a flooding client
+real routers and a real ``gridstat broker`` process, ``chaos.diamond.cloud``); a flooding client
 ``flood`` sends ``calls`` Subscribe RPCs (each to another variable) from one asyncio client with at
 most ``parallelism`` in flight, and 0.5 s into the burst another client, ``ems``, on its own channel, subscribes once.
 Every answer is classified: a reply (admitted, or rejected with its reason) or a gRPC status code;
@@ -199,7 +199,7 @@ def process_cpu_s(pid: int) -> float | None:
 
 def burst_in_cloud(cloud: Callable[..., AbstractContextManager[Any]], *, calls: int, parallelism: int,
                    broker_extra: tuple[str, ...] = (), deadline_s: float = 30.0) -> BurstResult:
-    """Start a cloud (``cloud(broker_extra=...)``: the chaos suite's ``scenarios.cloud``, passed in by
+    """Start a cloud (``cloud(broker_extra=...)``: the chaos suite's ``diamond.cloud``, passed in by
     the caller so that the benchmarks do not depend on the chaos package), register the clients, run
     the burst, stop everything."""
     with cloud(broker_extra=broker_extra) as c:

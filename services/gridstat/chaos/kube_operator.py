@@ -33,8 +33,8 @@ from typing import Any
 from gridstat.v1 import broker_pb2 as bpb
 
 from .checks import Outcome
+from .diamond import FLOAT, Cloud, cloud, count_lost, fmt_s
 from .procs import ChaosError, Signals, wait_for
-from .scenarios import FLOAT, Cloud, _fmt_s, _lost, cloud
 from .traffic import Sink
 
 API = "gridstat.io/v1alpha1"
@@ -283,7 +283,7 @@ def _wait_converged(kube: Kube, c: Cloud, churn: Churn) -> tuple[float, Disagree
 def _check_fault(out: Outcome, what: str, after: str, churn: Churn, took: float, last: Disagreement) -> None:
     out.check(f"{what} during churn: after {after} every resource settles",
               f"Ready+Admitted, observedGeneration current, <= {CONVERGE_S:.0f} s",
-              f"{len(churn.subs)} gsub, {len(churn.modes)} gmode in {_fmt_s(took)}" if not last.unsettled
+              f"{len(churn.subs)} gsub, {len(churn.modes)} gmode in {fmt_s(took)}" if not last.unsettled
               else "; ".join(last.unsettled), not last.unsettled)
     out.check(f"{what}: deleted resources gone, their broker subscriptions and routes removed",
               "0 left", "; ".join(last.leftover) or f"0 left of {len(churn.deleted_subs)} gsub, "
@@ -351,7 +351,7 @@ def _run_churn(out: Outcome, seconds: float, kube: Kube, c: Cloud, sink: Sink, o
     churn.apply_mode(kube, "storm", 1)
     took, last = _wait_converged(kube, c, churn)
     out.check("resources admitted before the faults", f"Ready+Admitted within {CONVERGE_S:.0f} s",
-              f"{len(churn.subs)} gsub, {len(churn.modes)} gmode in {_fmt_s(took)}" if not last else str(last),
+              f"{len(churn.subs)} gsub, {len(churn.modes)} gmode in {fmt_s(took)}" if not last else str(last),
               not last)
     if last:
         return
@@ -404,7 +404,7 @@ def _run_churn(out: Outcome, seconds: float, kube: Kube, c: Cloud, sink: Sink, o
               untouched == ["k2", "k4", "s2"])
     time.sleep(0.2)
     got = sink.timestamps(c.variable_id)
-    lost, expected = _lost(sent, got)
+    lost, expected = count_lost(sent, got)
     out.check("admitted stream never stops (kill and stop of the operator)", "events flow, 0 lost",
               f"{len(during)} events while dead, {len(stopped)} while stopped, {lost} lost of {expected}",
               bool(during) and bool(stopped) and lost == 0 and expected > 0)

@@ -23,7 +23,7 @@ from gridstat.v1 import broker_pb2 as bpb
 from gridstat.v1 import router_pb2 as rpb
 from gridstat.v1 import router_pb2_grpc as rpb_grpc
 
-from . import scenarios
+from . import diamond
 from .checks import Outcome, check_reported, first_violation
 from .netns import entered
 from .netns_faults import FaultLab
@@ -63,24 +63,24 @@ class NetnsRouter(Router):
 
 
 @contextlib.contextmanager
-def netns_cloud() -> Iterator[tuple[scenarios.Cloud, FaultLab]]:
+def netns_cloud() -> Iterator[tuple[diamond.Cloud, FaultLab]]:
     """The diamond, one namespace per router, a veth per channel; the broker in the root namespace."""
-    names = [n for n, _, _ in scenarios.ROUTERS]
-    with FaultLab(names, [(a, b) for a, b, _ in scenarios.LINKS]) as lab, \
+    names = [n for n, _, _ in diamond.ROUTERS]
+    with FaultLab(names, [(a, b) for a, b, _ in diamond.LINKS]) as lab, \
             tempfile.TemporaryDirectory(prefix="gridstat-chaos-") as tmp:
-        c = scenarios.Cloud(Path(tmp))
+        c = diamond.Cloud(Path(tmp))
         try:
-            for name, rid, role in scenarios.ROUTERS:
+            for name, rid, role in diamond.ROUTERS:
                 node = lab.nodes[name]
                 c.routers[name] = NetnsRouter(name, router_id=rid, role=role, ns=node.ns, host=node.addr).start()
-            extra = ("--channel-auth", "all") if scenarios.AUTH else ()
+            extra = ("--channel-auth", "all") if diamond.AUTH else ()
             c.broker = Broker("A", state=str(c.workdir / "A.sqlite"), extra=extra).start()
-            for name, _, role in scenarios.ROUTERS:
+            for name, _, role in diamond.ROUTERS:
                 r, addr = c.routers[name], lab.nodes[name].addr
                 c.stub.AddRouter(bpb.AddRouterRequest(router=bpb.RouterInfo(
                     name=name, role=role, capacity_eps=50_000, control_address=f"{addr}:{r.control_port}",
                     event_address=f"{addr}:{r.port}", router_id=r.router_id)), timeout=5)
-            for a, b, lat in scenarios.LINKS:
+            for a, b, lat in diamond.LINKS:
                 c.stub.AddChannel(bpb.AddTopologyChannelRequest(channel=bpb.TopologyChannel(
                     a=a, b=b, bandwidth_bps=100_000_000, latency_ms=lat, both_directions=True)), timeout=5)
             yield c, lab
@@ -88,8 +88,8 @@ def netns_cloud() -> Iterator[tuple[scenarios.Cloud, FaultLab]]:
             c.close()
 
 
-def _feed(c: scenarios.Cloud, lab: FaultLab) -> Feed:
-    return Feed(c.routers["e1"].port, c.publisher_id, c.variable_id, scenarios.PUB_INTERVAL_MS,
+def _feed(c: diamond.Cloud, lab: FaultLab) -> Feed:
+    return Feed(c.routers["e1"].port, c.publisher_id, c.variable_id, diamond.PUB_INTERVAL_MS,
                 key=c.publisher_key, host=lab.nodes["e1"].addr)
 
 
@@ -121,7 +121,7 @@ def path_loss(seconds: float) -> Outcome:
                       paths == [("e1", "i1", "e2"), ("e1", "i2", "e2")])
             if len(paths) != 2:
                 return out
-            sdk.subscribe("pmu1", "freq", c.variable_id, pub_interval_ms=scenarios.PUB_INTERVAL_MS,
+            sdk.subscribe("pmu1", "freq", c.variable_id, pub_interval_ms=diamond.PUB_INTERVAL_MS,
                           interval_ms=10, latency_ms=200)
             e1 = c.routers["e1"]
             assert isinstance(e1, NetnsRouter)
@@ -149,7 +149,7 @@ def path_loss(seconds: float) -> Outcome:
                 sent = feed.stop()
             time.sleep(0.3)
             got = list(sdk.events)
-            lost, expected = scenarios._lost(sent, set(got))
+            lost, expected = diamond.count_lost(sent, set(got))
             out.check("broken path reported: e1's channel to i1 down after the cut", f"<= {REPORT_BOUND_S:.0f} s",
                       f"down after {down}; up {up} after healing", down != "never" and up != "never")
             out.check("0 events lost (link cut, then degraded)", "0 lost", f"{lost} lost of {expected}",
@@ -186,7 +186,7 @@ def degraded_link(seconds: float) -> Outcome:
             if len(path) != 3:
                 return out
             a, b = path[0], path[1]
-            sdk.subscribe("pmu1", "freq", c.variable_id, pub_interval_ms=scenarios.PUB_INTERVAL_MS,
+            sdk.subscribe("pmu1", "freq", c.variable_id, pub_interval_ms=diamond.PUB_INTERVAL_MS,
                           interval_ms=interval_ms, latency_ms=latency_ms)
             feed = _feed(c, lab)
             try:

@@ -59,6 +59,36 @@ class UniformRates:
 
 
 @dataclass(frozen=True)
+class SurgeRates:
+    """Uniform events at ``total_eps`` except in the sub-space ``surge``, which publishes ``factor`` times as fast.
+
+    A change in the event rate (section 5: what raises BandwidthViolated), e.g. the status
+    variables of one region reporting faster during a disturbance.
+    """
+
+    total_eps: float
+    surge: str
+    factor: float
+
+    def __post_init__(self) -> None:
+        dz.check(self.surge)
+        if not (math.isfinite(self.factor) and self.factor >= 0):
+            raise ValidationError(f"surge factor must be a finite number >= 0, got {self.factor}", field="factor")
+
+    def rate(self, expr: str) -> float:
+        both = dz.intersection(expr, self.surge)
+        extra = 0.0 if both is None else (self.factor - 1.0) * self.total_eps * dz.volume(both)
+        return self.total_eps * dz.volume(expr) + extra
+
+    def false_positive_rate(self, expr: str, rect: Rectangle) -> float:
+        base = self.total_eps * dz.volume(expr) * (1.0 - dz.overlap_fraction(expr, rect))
+        both = dz.intersection(expr, self.surge)
+        if both is None:
+            return base
+        return base + (self.factor - 1.0) * self.total_eps * dz.volume(both) * (1.0 - dz.overlap_fraction(both, rect))
+
+
+@dataclass(frozen=True)
 class CatalogueRates:
     """Exact rates from a catalogue of status variables: ``(point, events/s)`` each (GridStat's advertisements)."""
 

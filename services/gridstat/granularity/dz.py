@@ -64,6 +64,23 @@ def intersects(a: str, b: str) -> bool:
     return all(x == y or x == "*" or y == "*" for x, y in zip(a, b, strict=False))
 
 
+def intersection(a: str, b: str) -> str | None:
+    """The sub-space ``a`` and ``b`` share, as one expression (None if disjoint).
+
+    Position by position a fixed bit wins over ``*`` and two different bits are disjoint; past
+    the shorter expression the longer one's symbols hold (``0`` and ``*1`` share ``01``).
+    """
+    out = []
+    for x, y in itertools.zip_longest(a, b, fillvalue="*"):
+        if x == "*" or x == y:
+            out.append(y)
+        elif y == "*":
+            out.append(x)
+        else:
+            return None
+    return "".join(out)
+
+
 def volume(dz: str) -> float:
     """Fraction of ``Omega`` the sub-space covers: each fixed bit halves it, ``*`` does not."""
     return 0.5 ** sum(1 for c in dz if c != "*")

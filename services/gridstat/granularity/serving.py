@@ -124,6 +124,6 @@ def plan_relays(space: AttributeSpace, subscriptions: Sequence[Declared], catalo
     def relevant(target: str) -> frozenset[str]:
         return frozenset(f for f, adv in feeds.items() if any(dz.intersects(a, target) for a in adv))
 
-    built = simulating.build_overlay(states, budgets, catalogue, relevant, rounds=rounds, view_fraction=1.0,
-                                     rng=random.Random(seed))
+    built = simulating.build_overlay(states, budgets, catalogue, relevant, rects=rects, max_depth=max_depth,
+                                     rounds=rounds, view_fraction=1.0, rng=random.Random(seed))
     return RelayPlan(built.states, rects, built.hops, len(built.rounds))

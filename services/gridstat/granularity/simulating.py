@@ -18,21 +18,30 @@ those parameters where they are stated and documents ours where they are not:
 * one round: every peer runs ``connection_management`` with a fresh random 5 % view plus the
   hints it received; all messages are delivered (FIFO, in the same round); then Algorithm 2's
   TimeOut coarsens the mapping of peers whose sub-space has stayed uncovered, or covered
-  only by a delay-breaking parent, for ``timeout_rounds`` rounds.
+  only by a delay-breaking parent, for ``timeout_rounds`` rounds; then every subscriber
+  measures the rate ``R(s)`` of the events arriving over its parent edges under the event
+  rates in force (``triggers.incoming_rate_eps``) and, above ``B(s)/(m+1)``, Algorithm 2's
+  BandwidthViolated refines its mapping and tells its parents and children
+  (``triggers.on_bandwidth_violated``; the messages are delivered in the same round);
+* a change in the event rate (section 5, what raises BandwidthViolated): from
+  ``rate_change_round`` on, the events of the sub-space ``rate_change_dz`` come
+  ``rate_change_factor`` times as fast (``accuracy.SurgeRates``); budgets stay as they were.
 
 Metrics per round (section 6): converged (every ``dz_i`` covered), notified (receives every
-relevant event within its tolerance), connection requests, false positives.
+relevant event within its tolerance), connection requests, false positives; and ours: how
+often BandwidthViolated was raised, how many mappings it refined, and the share of
+subscribers whose measured ``R(s)`` is still above ``B(s)/(m+1)`` at the end of the round.
 """
 
 from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
 from gridstat.errors import ValidationError
-from gridstat.granularity import accuracy, dz, overlay
+from gridstat.granularity import accuracy, dz, overlay, triggers
 from gridstat.granularity.space import Rectangle
 
 WORKLOADS = ("W1", "W2")
@@ -56,11 +65,16 @@ class OverlayScenario:
     out_degree: int | None = None
     view_fraction: float = 0.05
     timeout_rounds: int = 3
-    #: bits per coarsening step; the paper's Fig. 4 uses one halving of every attribute (``attributes``),
-    #: we default to 1 so a peer can give up half a sub-space rather than a quarter at a time
+    #: bits per coarsening (and refining) step; the paper's Fig. 4 uses one halving of every attribute
+    #: (``attributes``), we default to 1 so a peer can give up half a sub-space rather than a quarter at a time
     coarsen_step: int = 1
     max_rounds: int = 60
     seed: int = 1
+    #: round from which the event rate changes (None: constant rates, BandwidthViolated stays quiet)
+    rate_change_round: int | None = None
+    #: the sub-space whose events come ``rate_change_factor`` times as fast from then on ("0": publisher P0's half)
+    rate_change_dz: str = "0"
+    rate_change_factor: float = 1.0
 
     def __post_init__(self) -> None:
         if self.workload not in WORKLOADS:
@@ -75,6 +89,9 @@ class OverlayScenario:
                                   reason="ImpossibleDelayTolerance")
         if not 0.0 <= self.allowed_fp <= 1.0:
             raise ValidationError("allowed_fp is a fraction of the overall event rate (0..1)", field="allowed_fp")
+        if self.rate_change_round is not None and self.rate_change_round < 1:
+            raise ValidationError("rate_change_round is a round number (>= 1)", field="rate_change_round")
+        accuracy.SurgeRates(TOTAL_EPS, self.rate_change_dz, self.rate_change_factor)   # raises on a bad dz or factor
 
     @property
     def m(self) -> int:
@@ -92,6 +109,12 @@ class RoundStats:
     notified_pct: float
     connects: int
     coarsenings: int
+    #: subscribers whose measured ``R(s)`` exceeded ``B(s)/(m+1)`` this round (BandwidthViolated raised)
+    bandwidth_violations: int = 0
+    #: of those, the ones whose mapping became finer (the others had nothing to refine)
+    refinements: int = 0
+    #: subscribers whose measured ``R(s)`` is above ``B(s)/(m+1)`` at the end of the round, %
+    over_budget_pct: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -110,6 +133,12 @@ class OverlayResult:
     connects_per_peer: tuple[int, ...]
     mean_in_degree: float
     mean_dz_per_subscription: float
+    #: BandwidthViolated raised, summed over subscribers and rounds
+    bandwidth_violations: int
+    #: mappings BandwidthViolated made finer, summed over subscribers and rounds
+    refinements: int
+    #: subscribers whose measured ``R(s)`` is above ``B(s)/(m+1)`` after the last round, %
+    over_budget_pct: float
     wall_s: float = field(default=0.0, compare=False)
 
 
@@ -208,21 +237,29 @@ def simulate_overlay(sc: OverlayScenario, *, on_round: Callable[[RoundStats], No
         states[name] = overlay.PeerState(name, mapping, delta, m)
     initial_fp = sum(accuracy.mapping_false_positives(states[s].mapping, rects[s], rates) for s in subs)
     dz_mean = sum(len(states[s].mapping) for s in subs) / len(subs)
-    built = build_overlay(states, budgets, rates, relevant, rounds=sc.max_rounds,
-                          view_fraction=sc.view_fraction, timeout_rounds=sc.timeout_rounds,
-                          coarsen_step=sc.coarsen_step, rng=rng, on_round=on_round)
+    changes: dict[int, accuracy.RateModel] = {}
+    if sc.rate_change_round is not None:
+        changes[sc.rate_change_round] = accuracy.SurgeRates(TOTAL_EPS, sc.rate_change_dz, sc.rate_change_factor)
+    built = build_overlay(states, budgets, rates, relevant, rects=rects, max_depth=sc.max_depth,
+                          rounds=sc.max_rounds, view_fraction=sc.view_fraction, timeout_rounds=sc.timeout_rounds,
+                          coarsen_step=sc.coarsen_step, refine_step=sc.coarsen_step, rate_changes=changes, rng=rng,
+                          on_round=on_round)
     states = built.states
     rounds, construction, connects = built.rounds, built.construction_rounds, built.connects
     conv = rounds[-1].converged_pct if rounds else 0.0
     noti = rounds[-1].notified_pct if rounds else 0.0
-    fp = sum(accuracy.mapping_false_positives(states[s].mapping, rects[s], rates) for s in subs)
+    # False positives as a share of the overall event rate in force at the end (TOTAL_EPS unless it changed).
+    fp = sum(accuracy.mapping_false_positives(states[s].mapping, rects[s], built.rates) for s in subs)
+    overall_eps = built.rates.rate(dz.EPSILON)
     in_degree = sum(len({e.peer for e in states[s].parents}) for s in subs) / len(subs)
     return OverlayResult(
         scenario=sc, rounds=tuple(rounds), construction_rounds=construction, converged_pct=conv, notified_pct=noti,
-        false_positive_pct=100.0 * fp / len(subs) / TOTAL_EPS,
+        false_positive_pct=100.0 * fp / len(subs) / overall_eps,
         initial_false_positive_pct=100.0 * initial_fp / len(subs) / TOTAL_EPS,
         connects_per_peer=tuple(connects[s] for s in subs), mean_in_degree=in_degree,
-        mean_dz_per_subscription=dz_mean, wall_s=time.monotonic() - t0)
+        mean_dz_per_subscription=dz_mean, bandwidth_violations=sum(r.bandwidth_violations for r in rounds),
+        refinements=sum(r.refinements for r in rounds), over_budget_pct=rounds[-1].over_budget_pct if rounds else 0.0,
+        wall_s=time.monotonic() - t0)
 
 
 @dataclass(frozen=True)
@@ -234,23 +271,33 @@ class Built:
     construction_rounds: int | None
     connects: dict[str, int]
     hops: dict[str, float]
+    #: the event rates in force after the last round
+    rates: accuracy.RateModel
 
 
 def build_overlay(states: dict[str, overlay.PeerState],
                   budgets: dict[str, accuracy.Budget], rates: accuracy.RateModel,
-                  relevant: Callable[[str], frozenset[str]], *, rounds: int, view_fraction: float = 0.05,
-                  timeout_rounds: int = 3, coarsen_step: int = 1, rng: random.Random,
-                  on_round: Callable[[RoundStats], None] | None = None) -> Built:
+                  relevant: Callable[[str], frozenset[str]], *, rects: Mapping[str, Rectangle], max_depth: int,
+                  rounds: int, view_fraction: float = 0.05, timeout_rounds: int = 3, coarsen_step: int = 1,
+                  refine_step: int = 1, rate_changes: Mapping[int, accuracy.RateModel] | None = None,
+                  rng: random.Random, on_round: Callable[[RoundStats], None] | None = None) -> Built:
     """Run Algorithms 1 and 2 in rounds over ``states`` (publishers and subscribers) until quiet or ``rounds``.
 
-    ``budgets`` is keyed by subscriber; publishers are the states with
-    ``publisher`` set. Returns new states; the input dict is not changed.
+    ``budgets`` and ``rects`` (the user-level subscriptions BandwidthViolated refines towards,
+    at most ``max_depth`` bits) are keyed by subscriber; publishers are the states with
+    ``publisher`` set. ``rate_changes`` maps a round to the event rates in force from that round
+    on. Returns new states; the input dict is not changed.
     """
     states = dict(states)
     subs = [p for p, s in states.items() if not s.publisher]
     pubs = [p for p, s in states.items() if s.publisher]
     if not subs:
         raise ValidationError("the overlay needs at least one subscriber", field="peers")
+    changes = dict(rate_changes or {})
+    adverts = {p: states[p].mapping for p in pubs}
+
+    def incoming_eps(p: str) -> float:
+        return triggers.incoming_rate_eps(states[p], rates, adverts)
     view_size = max(1, round(view_fraction * len(states)))
     everyone = list(states)
     stuck = dict.fromkeys(subs, 0)
@@ -271,6 +318,7 @@ def build_overlay(states: dict[str, overlay.PeerState],
             queue.extend(out)
 
     for rnd in range(1, rounds + 1):
+        rates = changes.get(rnd, rates)
         hops = _hops(states, sorted(states, key=lambda p: states[p].delta), relevant)
         entries = {p: states[p].entry(hops=hops[p]) for p in states}
         pub_entries = [entries[p] for p in pubs]
@@ -306,16 +354,31 @@ def build_overlay(states: dict[str, overlay.PeerState],
             s, out = overlay.adopt_mapping(s, new)
             states[p] = s
             deliver(list(out))
+        # Algorithm 2, BandwidthViolated: R(s) over this round against B(s)/(m+1) (docs/granularity.md).
+        violations = refinements = 0
+        for p in subs:
+            done = triggers.check_bandwidth(states[p], rects[p], rates, budgets[p], rate_eps=incoming_eps(p),
+                                            step=refine_step, max_depth=max_depth)
+            if done is None:
+                continue
+            violations += 1
+            if done.refined:
+                refinements += 1
+                states[p] = done.state
+                deliver(list(done.messages))
+        over = sum(1 for p in subs if triggers.bandwidth_violated(incoming_eps(p), budgets[p]))
         hops = _hops(states, sorted(states, key=lambda p: states[p].delta), relevant)
         converged = sum(1 for p in subs if not overlay.uncovered(states[p], relevant))
         notified = sum(1 for p in subs if hops[p] <= states[p].delta)
         stats = RoundStats(rnd, 100.0 * converged / len(subs), 100.0 * notified / len(subs),
-                           sum(connects.values()) - n_connects, coarsenings)
+                           sum(connects.values()) - n_connects, coarsenings, violations, refinements,
+                           100.0 * over / len(subs))
         stats_all.append(stats)
         if on_round is not None:
             on_round(stats)
         if construction is None and converged == len(subs):
             construction = rnd
-        if stats.connects == 0 and coarsenings == 0 and rnd > timeout_rounds + 1 and construction is not None:
+        quiet = stats.connects == 0 and coarsenings == 0 and refinements == 0 and all(r <= rnd for r in changes)
+        if quiet and rnd > timeout_rounds + 1 and construction is not None:
             break
-    return Built(states, tuple(stats_all), construction, connects, hops)
+    return Built(states, tuple(stats_all), construction, connects, hops, rates)

@@ -170,6 +170,7 @@ def run(args: argparse.Namespace) -> int:
         body = overload.report(runs, report.facts_md(facts), time.monotonic() - t0)
         return _publish(body, target, "overload")
     if args.bench == "shapes":
+        from gridstat.bench import shape_plans as plans
         from gridstat.bench import shapes
 
         def rates(text: str, default: tuple[int, ...]) -> list[int]:
@@ -177,8 +178,8 @@ def run(args: argparse.Namespace) -> int:
 
         body, cond_ok = shapes.run_shapes(
             quick=args.quick, reps=args.reps or (1 if args.quick else 3),
-            filter_rates=rates(args.filter_rates, shapes.QUICK_FILTER_RATES if args.quick else shapes.FILTER_RATES),
-            cond_rates=rates(args.cond_rates, shapes.QUICK_COND_RATES if args.quick else shapes.COND_RATES),
+            filter_rates=rates(args.filter_rates, plans.QUICK_FILTER_RATES if args.quick else plans.FILTER_RATES),
+            cond_rates=rates(args.cond_rates, plans.QUICK_COND_RATES if args.quick else plans.COND_RATES),
             duration=args.duration or (1.5 if args.quick else 3.0), only=args.only,
             facts_line=report.facts_md(facts), log=_log)
         _publish(body, target, "shapes")

@@ -134,7 +134,7 @@ def udp_errors() -> dict[str, int]:
         return {}
 
 
-class _LineProc:
+class LineProc:
     """A child process spoken to in JSON lines, with bounded waits."""
 
     def __init__(self, cmd: list[str], name: str) -> None:
@@ -411,8 +411,8 @@ class Bench:
         self.log = log
         #: Channel key of every channel (publisher, routers, subscriber); b"" = unauthenticated.
         self.key = key
-        self.pub: _LineProc | None = None
-        self.sub: _LineProc | None = None
+        self.pub: LineProc | None = None
+        self.sub: LineProc | None = None
         self.routers: list[RouterProc] = []
         self.how = ""
         self.retries = 0
@@ -422,9 +422,9 @@ class Bench:
             pin(os.getpid(), PEER_CPU)
         cpu_arg = ["--cpu", str(PEER_CPU)] if self.pinned else []
         key_arg = ["--key", key.hex()] if key else []
-        self.sub = _LineProc([sys.executable, "-m", "gridstat.bench.peers", "sub", *cpu_arg, *key_arg],
+        self.sub = LineProc([sys.executable, "-m", "gridstat.bench.peers", "sub", *cpu_arg, *key_arg],
                              "subscriber")
-        self.pub = _LineProc([sys.executable, "-m", "gridstat.bench.peers", "pub", "--sender-id", str(PUB_ID),
+        self.pub = LineProc([sys.executable, "-m", "gridstat.bench.peers", "pub", "--sender-id", str(PUB_ID),
                               *cpu_arg], "publisher")
         self.sub_port = int(json.loads(self.sub.readline(20))["port"])
         json.loads(self.pub.readline(20))

@@ -6,25 +6,24 @@ from typing import Any
 
 import pytest
 
-from gridstat.bench import shapes
-from gridstat.bench.shapes import (
+from gridstat.bench import shape_plans, shapes
+from gridstat.bench.shape_plans import (
     COND_CHAIN,
     FILTER_CHAIN,
     FILTER_SUBS,
     MAX_FILT,
-    CondResult,
-    FilterResult,
-    ShapeTrial,
     condensation_routes,
     condensation_setup,
     filter_routes,
     filtering_point,
     link_intervals,
-    nearest_tlv,
     rotated,
     sub_intervals,
     sub_tp_model,
 )
+from gridstat.bench.shape_rig import ShapeTrial
+from gridstat.bench.shape_runs import CondResult, FilterResult
+from gridstat.bench.shapes import nearest_tlv
 from gridstat.v1 import condensation_pb2 as cpb
 
 LOAD = [10_001, 10_002, 10_003]
@@ -112,14 +111,14 @@ def test_condensation_setup_is_an_average_on_a_time_trigger() -> None:
     assert [i.variable_id for i in m.inputs] == LOAD
     assert all(i.value_type == "int" and i.pub_interval_ms == 1 for i in m.inputs)
     assert m.output_variable_id == 25_000 and m.output_pub_interval_ms == 10
-    assert m.output_sender_id == shapes.CF_SENDER_ID and m.output_priority == 1
+    assert m.output_sender_id == shape_plans.CF_SENDER_ID and m.output_priority == 1
 
 
 def test_loads_map_to_the_dissertations_rows() -> None:
-    assert nearest_tlv(250_000, shapes.DISS_FILTER) == 40
-    assert nearest_tlv(500_000, shapes.DISS_FILTER) == 80
-    assert nearest_tlv(750_000, shapes.DISS_FILTER) == 80
-    assert nearest_tlv(750_000, shapes.DISS_COND) == 120
+    assert nearest_tlv(250_000, shape_plans.DISS_FILTER) == 40
+    assert nearest_tlv(500_000, shape_plans.DISS_FILTER) == 80
+    assert nearest_tlv(750_000, shape_plans.DISS_FILTER) == 80
+    assert nearest_tlv(750_000, shape_plans.DISS_COND) == 120
 
 
 def test_rotated() -> None:

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import re
-import select
 import signal
 import subprocess
 import sys
@@ -14,12 +11,11 @@ from pathlib import Path
 
 import grpc
 
+from gridstat.core import children
 from gridstat.v1 import broker_pb2 as bpb
 from gridstat.v1 import broker_pb2_grpc as bpb_grpc
 
 from .routerprocs import RouterProc, start_router, stop_process
-
-READY = re.compile(r"READY name=(\S+) port=(\d+)")
 
 
 @dataclass
@@ -43,21 +39,13 @@ class BrokerProc:
 def start_broker(name: str, state: str, *, port: int = 0, extra: tuple[str, ...] = ()) -> BrokerProc:
     cmd = [sys.executable, "-m", "gridstat.broker.main", "--name", name, "--port", str(port), "--state", state,
            "--supervise-interval-ms", "200", "--exit-with-parent", *extra]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    assert proc.stdout is not None
-    deadline = time.monotonic() + 20
-    line = ""
-    while time.monotonic() < deadline and proc.poll() is None:
-        if select.select([proc.stdout], [], [], 0.2)[0]:
-            line = proc.stdout.readline()
-            break
-    m = READY.search(line)
-    if m is None:
-        proc.kill()
-        raise RuntimeError(f"broker {name} did not start: {line!r}")
-    channel = grpc.insecure_channel(f"127.0.0.1:{m.group(2)}")
-    return BrokerProc(name, proc, int(m.group(2)), state, channel, bpb_grpc.QoSBrokerStub(channel))
+    try:
+        proc, ready = children.spawn(cmd, what=f"broker {name}")
+    except children.ChildFailed as exc:
+        raise RuntimeError(str(exc)) from None
+    bound = children.ready_port(ready)
+    channel = grpc.insecure_channel(f"127.0.0.1:{bound}")
+    return BrokerProc(name, proc, bound, state, channel, bpb_grpc.QoSBrokerStub(channel))
 
 
 def add_router(broker: BrokerProc, r: RouterProc, role: str, capacity_eps: int = 50_000) -> None:

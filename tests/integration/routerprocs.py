@@ -3,33 +3,22 @@
 from __future__ import annotations
 
 import contextlib
-import os
-import re
-import select
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import grpc
 
+from gridstat.core import children
 from gridstat.v1 import router_pb2 as pb
 from gridstat.v1 import router_pb2_grpc as pb_grpc
 
-READY = re.compile(r"READY name=(\S+) port=(\d+) control_port=(\d+)")
-
 
 def stop_process(proc: subprocess.Popen[str], sig: int = signal.SIGTERM) -> None:
-    """Signal a child role and reap it; SIGKILL if it has not exited within 10 s."""
-    if proc.poll() is None:
-        proc.send_signal(sig)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+    """Signal a child role and reap it; SIGKILL if it has not exited within 10 s (core.children.stop)."""
+    children.stop(proc, sig)
 
 
 @dataclass
@@ -56,26 +45,13 @@ def start_router(name: str, router_id: int, *, port: int = 0, control_port: int 
     cmd = [sys.executable, "-m", "gridstat.cli.main", "router", "--name", name, "--id", str(router_id),
            "--port", str(port), "--control-port", str(control_port), "--variant", variant, "--role", role,
            "--ping-interval-ms", "50", "--failure-timeout-ms", "300", "--exit-with-parent", *extra]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    assert proc.stdout is not None
-    deadline = time.monotonic() + timeout_s
-    line = ""
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([proc.stdout], [], [], 0.2)
-        if ready:
-            line = proc.stdout.readline()
-            if READY.search(line) or not line:
-                break
-        if proc.poll() is not None:
-            break
-    m = READY.search(line)
-    if m is None:
-        proc.kill()
-        raise RuntimeError(f"router {name} did not start (exit {proc.poll()}): {line!r}")
-    channel = grpc.insecure_channel(f"127.0.0.1:{m.group(3)}")
-    return RouterProc(name, router_id, proc, int(m.group(2)), int(m.group(3)), channel,
-                      pb_grpc.RouterControlStub(channel))
+    try:
+        proc, ready = children.spawn(cmd, what=f"router {name}", timeout_s=timeout_s)
+    except children.ChildFailed as exc:
+        raise RuntimeError(str(exc)) from None
+    port, control = children.ready_port(ready), children.ready_port(ready, "control_port")
+    channel = grpc.insecure_channel(f"127.0.0.1:{control}")
+    return RouterProc(name, router_id, proc, port, control, channel, pb_grpc.RouterControlStub(channel))
 
 
 @contextlib.contextmanager

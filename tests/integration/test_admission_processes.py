@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import os
-import re
-import select
 import subprocess
 import sys
 import time
@@ -22,6 +19,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from gridstat.core import children
 from gridstat.v1 import admission_pb2 as apb
 from gridstat.v1 import admission_pb2_grpc as apb_grpc
 from gridstat.v1 import broker_pb2 as bpb
@@ -31,7 +29,6 @@ from .brokerprocs import BrokerProc, add_link, add_router, start_broker
 from .routerprocs import RouterProc, start_router, stop_process
 
 pytestmark = pytest.mark.integration
-READY = re.compile(r"READY name=(\S+) port=(\d+)")
 FLOAT = bpb.ValueType(kind=bpb.VALUE_KIND_FLOAT)
 # Memory per hop is 512 + rate * 35 bytes: 4,012 bytes for 100 events/s; 6 KiB holds one such hop.
 TINY_MEMORY_MB = "0.006"
@@ -40,21 +37,9 @@ TINY_MEMORY_MB = "0.006"
 @contextlib.contextmanager
 def controller(*extra: str) -> Iterator[tuple[subprocess.Popen[str], int]]:
     cmd = [sys.executable, "-m", "gridstat.cli.main", "admission", "--port", "0", "--exit-with-parent", *extra]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    assert proc.stdout is not None
-    line = ""
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and proc.poll() is None:
-        if select.select([proc.stdout], [], [], 0.2)[0]:
-            line = proc.stdout.readline()
-            break
-    m = READY.search(line)
-    if m is None:
-        proc.kill()
-        raise RuntimeError(f"admission controller did not start: {line!r}")
+    proc, ready = children.spawn(cmd, what="admission controller")
     try:
-        yield proc, int(m.group(2))
+        yield proc, children.ready_port(ready)
     finally:
         stop_process(proc)
 

@@ -21,7 +21,6 @@ import asyncio
 import gc
 import os
 import random
-import re
 import statistics
 import subprocess
 import sys
@@ -37,11 +36,11 @@ from gridstat.broker.generate import edge_routers, random_cloud
 from gridstat.broker.rejections import AdmissionRejected
 from gridstat.broker.state import CloudState, ModeQoS, RouterEndpoint
 from gridstat.broker.topology import Topology
+from gridstat.core.children import parse_ready, ready_port
 from gridstat.core.model import FLOAT
 from gridstat.v1 import broker_pb2 as bpb
 from gridstat.v1 import broker_pb2_grpc as bpb_grpc
 
-READY = re.compile(r"READY name=(\S+) port=(\d+)(?: control_port=(\d+))?")
 INTERVALS = (10, 20, 25, 50, 100)
 #: Subscriptions made one at a time after the bulk load, to time the interactive case.
 SINGLE = 100
@@ -105,20 +104,20 @@ def _spawn(cmd: list[str]) -> subprocess.Popen[str]:
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
 
-def _read_until(proc: subprocess.Popen[str], last: str, timeout_s: float) -> list[re.Match[str]]:
+def read_until(proc: subprocess.Popen[str], last: str, timeout_s: float) -> list[dict[str, str]]:
+    """The READY lines' fields (core.children.parse_ready) a child prints up to the line ``last``."""
     assert proc.stdout is not None
-    found: list[re.Match[str]] = []
+    found: list[dict[str, str]] = []
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         line = proc.stdout.readline()
         if not line:
             raise RuntimeError(f"process {proc.args!r} exited ({proc.poll()})")
+        fields = parse_ready(line)
+        if fields is not None:
+            found.append(fields)
         if line.startswith(last):
-            if m := READY.match(line):
-                found.append(m)
             return found
-        if m := READY.match(line):
-            found.append(m)
     raise RuntimeError(f"process {proc.args!r} not ready within {timeout_s} s")
 
 
@@ -222,14 +221,14 @@ def bench_install(w: Workload, *, farms: int, concurrency: int, log: Callable[[s
                 p = _spawn([sys.executable, "-m", "gridstat.bench.farm", "--names", ",".join(chunk),
                             "--first-id", str(f * share + 1)])
                 procs.append(p)
-                for m in _read_until(p, "FARM READY", 120):
-                    farm[m.group(1)] = (int(m.group(2)), int(m.group(3)))
+                for ready in read_until(p, "FARM READY", 120):
+                    farm[ready["name"]] = (ready_port(ready), ready_port(ready, "control_port"))
             broker = _spawn([sys.executable, "-m", "gridstat.cli.main", "broker", "--name", "bench", "--port", "0",
                              "--state", os.path.join(tmp, "bench.sqlite"), "--exit-with-parent"])
             procs.append(broker)
-            (m,) = _read_until(broker, "READY", 60)
-            log(f"  {len(farm)} routers in {len(procs) - 1} farm processes; broker on port {m.group(2)}")
-            return asyncio.run(_install(w, int(m.group(2)), farm, concurrency, log, procs))
+            (ready,) = read_until(broker, "READY", 60)
+            log(f"  {len(farm)} routers in {len(procs) - 1} farm processes; broker on port {ready['port']}")
+            return asyncio.run(_install(w, ready_port(ready), farm, concurrency, log, procs))
         finally:
             stop_all(procs)
 

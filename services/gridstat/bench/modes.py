@@ -31,10 +31,11 @@ from typing import Any
 
 import grpc
 
-from gridstat.bench.broker import _read_until, _spawn, stop_all
+from gridstat.bench.broker import _spawn, read_until, stop_all
 from gridstat.broker.generate import edge_routers, random_cloud
 from gridstat.broker.topology import Topology
 from gridstat.core import wire
+from gridstat.core.children import ready_port
 from gridstat.v1 import broker_pb2 as bpb
 from gridstat.v1 import broker_pb2_grpc as bpb_grpc
 
@@ -271,15 +272,15 @@ def _start_farms(clouds: list[Cloud], procs: list[subprocess.Popen[str]]) -> Non
         p = _spawn([sys.executable, "-m", "gridstat.bench.farm", "--names", ",".join(names),
                     "--first-id", str(cloud.router_id_base + 1)])
         procs.append(p)
-        for m in _read_until(p, "FARM READY", 120):
-            cloud.farm[m.group(1)] = (int(m.group(2)), int(m.group(3)))
+        for ready in read_until(p, "FARM READY", 120):
+            cloud.farm[ready["name"]] = (ready_port(ready), ready_port(ready, "control_port"))
 
 
 def _broker(args: list[str], procs: list[subprocess.Popen[str]]) -> int:
     p = _spawn([sys.executable, "-m", "gridstat.cli.main", "broker", "--port", "0", "--exit-with-parent", *args])
     procs.append(p)
-    (m,) = _read_until(p, "READY", 60)
-    return int(m.group(2))
+    (ready,) = read_until(p, "READY", 60)
+    return ready_port(ready)
 
 
 def bench_one_cloud(n_subs: int, n_switches: int, log: Callable[[str], None]) -> dict[str, Any]:

@@ -22,9 +22,6 @@ delivered event survived, times its value); *delivered value* sums the prices of
 
 from __future__ import annotations
 
-import os
-import re
-import select
 import socket
 import subprocess
 import threading
@@ -37,11 +34,10 @@ from typing import Any
 import grpc
 
 from gridstat.bench.router import router_command
-from gridstat.core import wire
+from gridstat.core import children, wire
 from gridstat.v1 import router_pb2 as pb
 from gridstat.v1 import router_pb2_grpc as pb_grpc
 
-READY = re.compile(r"READY name=(\S+) port=(\d+) control_port=(\d+)")
 PUB_ID = 900_101
 SUB_ID = 900_102
 PRIMARY_BPS = 100_000
@@ -154,22 +150,11 @@ class _Receiver(threading.Thread):
         self.sock.close()
 
 
-def _start_router() -> tuple[subprocess.Popen[bytes], int, int]:
+def _start_router() -> tuple[subprocess.Popen[str], int, int]:
     base, _ = router_command()
-    proc = subprocess.Popen([*base, "--name", "r1", "--id", "1", "--control-port", "0"], stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    assert proc.stdout is not None
-    deadline = time.monotonic() + 30
-    line = b""
-    while time.monotonic() < deadline and proc.poll() is None:
-        if select.select([proc.stdout], [], [], 0.2)[0]:
-            line = proc.stdout.readline()
-            break
-    m = READY.search(line.decode())
-    if m is None:
-        proc.kill()
-        raise RuntimeError(f"router did not start: {line!r}")
-    return proc, int(m.group(2)), int(m.group(3))
+    proc, ready = children.spawn([*base, "--name", "r1", "--id", "1", "--control-port", "0"], what="router r1",
+                                 timeout_s=30)
+    return proc, children.ready_port(ready), children.ready_port(ready, "control_port")
 
 
 def _shaping(bps: float, policy: str) -> pb.Shaping:

@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import select
 import signal
 import subprocess
@@ -39,10 +38,10 @@ import grpc
 
 from gridstat.bench import peers
 from gridstat.bench.jitter import Gaps, probe_gaps
+from gridstat.core.children import parse_ready, ready_port
 from gridstat.v1 import router_pb2 as pb
 from gridstat.v1 import router_pb2_grpc as pb_grpc
 
-READY = re.compile(r"READY name=(\S+) port=(\d+) control_port=(\d+)")
 PUB_ID = 900_001
 SUB_ID = 900_002
 MAX_CHAIN = 7
@@ -268,15 +267,15 @@ def start_routers(n: int, variant: str, timeout_s: float = 30.0,
                 ready, _, _ = select.select([r.proc.stdout], [], [], 0.2)
                 if ready:
                     line = r.proc.stdout.readline()
-                    if READY.search(line.decode()) or not line:
+                    if parse_ready(line.decode()) is not None or not line:
                         break
                 if r.proc.poll() is not None:
                     break
-            m = READY.search(line.decode())
-            if m is None:
+            fields = parse_ready(line.decode())
+            if fields is None:
                 err = r.proc.stderr.read().decode()[-2000:] if r.proc.stderr and r.proc.poll() is not None else ""
                 raise RuntimeError(f"router {r.name} did not start (exit {r.proc.poll()}): {line!r} {err}")
-            r.port, r.control_port = int(m.group(2)), int(m.group(3))
+            r.port, r.control_port = ready_port(fields), ready_port(fields, "control_port")
             r.channel = grpc.insecure_channel(f"127.0.0.1:{r.control_port}")
             r.stub = pb_grpc.RouterControlStub(r.channel)  # type: ignore[no-untyped-call]
             pin(r.proc.pid, router_cpu(r.router_id))  # again, now that grpc's threads exist

@@ -19,7 +19,6 @@ import grpc
 from gridstat.bench import peers
 from gridstat.bench.router import (
     QUIET_PCT,
-    READY,
     LineProc,
     RouterProc,
     all_proc_ticks,
@@ -38,6 +37,7 @@ from gridstat.bench.shape_plans import (
     SUB_ID_BASE,
     RouteSpec,
 )
+from gridstat.core.children import parse_ready, ready_port
 from gridstat.v1 import condensation_pb2 as cpb
 from gridstat.v1 import router_pb2 as pb
 from gridstat.v1 import router_pb2_grpc as pb_grpc
@@ -95,17 +95,17 @@ def _start_routers(names: dict[str, int], errs: dict[str, IO[bytes]], timeout_s:
                 ready, _, _ = select.select([r.proc.stdout], [], [], 0.2)
                 if ready:
                     line = r.proc.stdout.readline()
-                    if READY.search(line.decode()) or not line:
+                    if parse_ready(line.decode()) is not None or not line:
                         break
                 if r.proc.poll() is not None:
                     break
-            m = READY.search(line.decode())
-            if m is None:
+            fields = parse_ready(line.decode())
+            if fields is None:
                 e = errs[r.name]
                 e.seek(0)
                 raise RuntimeError(f"router {r.name} did not start (exit {r.proc.poll()}): {line!r} "
                                    f"{e.read().decode(errors='replace')[-2000:]}")
-            r.port, r.control_port = int(m.group(2)), int(m.group(3))
+            r.port, r.control_port = ready_port(fields), ready_port(fields, "control_port")
             r.channel = grpc.insecure_channel(f"127.0.0.1:{r.control_port}")
             r.stub = pb_grpc.RouterControlStub(r.channel)  # type: ignore[no-untyped-call]
     except BaseException:

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from gridstat.core.children import ready_port
 from gridstat.v1 import broker_pb2 as bpb
 from gridstat.v1 import router_pb2 as rpb
 from gridstat.v1 import router_pb2_grpc as rpb_grpc
@@ -28,7 +29,7 @@ from .checks import Outcome, check_reported, first_violation
 from .netns import entered
 from .netns_faults import FaultLab
 from .netns_queue import DelayQueue
-from .procs import ROUTER_READY, Broker, Router, _spawn, wait_for
+from .procs import Broker, Router, _spawn, wait_for
 from .traffic import Feed, SdkSubscriber
 
 #: A channel is declared down after --failure-timeout-ms 300 of missed pings: report within this.
@@ -47,8 +48,8 @@ class NetnsRouter(Router):
                self.name, "--id", str(self.router_id), "--host", self.host, "--port", str(self.port),
                "--control-port", str(self.control_port), "--role", self.role, "--ping-interval-ms", "50",
                "--failure-timeout-ms", "300", "--exit-with-parent", *self.extra]
-        self.proc, m = _spawn(cmd, ROUTER_READY, f"router {self.name} in {self.ns}")
-        self.port, self.control_port = int(m.group(2)), int(m.group(3))
+        self.proc, ready = _spawn(cmd, f"router {self.name} in {self.ns}")
+        self.port, self.control_port = ready_port(ready), ready_port(ready, "control_port")
         self.channel = self._open(f"{self.host}:{self.control_port}")
         self.stub = rpb_grpc.RouterControlStub(self.channel)  # type: ignore[no-untyped-call]
         return self

@@ -7,9 +7,6 @@ suite's fault injection and invariant checks are sequential, with traffic in thr
 
 from __future__ import annotations
 
-import os
-import re
-import select
 import signal
 import subprocess
 import sys
@@ -20,14 +17,14 @@ from typing import Any
 
 import grpc
 
+from gridstat.core import children
+from gridstat.core.children import ready_port
 from gridstat.core.tls import TlsFiles
 from gridstat.errors import GridStatError
 from gridstat.v1 import broker_pb2_grpc as bpb_grpc
 from gridstat.v1 import router_pb2 as rpb
 from gridstat.v1 import router_pb2_grpc as rpb_grpc
 
-ROUTER_READY = re.compile(r"READY name=(\S+) port=(\d+) control_port=(\d+)")
-PORT_READY = re.compile(r"READY name=(\S+) port=(\d+)")
 READY_TIMEOUT_S = 20.0
 STOP_TIMEOUT_S = 5.0
 
@@ -54,23 +51,12 @@ def wait_for(predicate: Callable[[], bool], timeout_s: float = 10.0, step_s: flo
         return False
 
 
-def _spawn(cmd: list[str], ready: re.Pattern[str], what: str) -> tuple[subprocess.Popen[str], re.Match[str]]:
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                            text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    assert proc.stdout is not None
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    line = ""
-    while time.monotonic() < deadline and proc.poll() is None:
-        if select.select([proc.stdout], [], [], 0.2)[0]:
-            line = proc.stdout.readline()
-            if ready.search(line) or not line:
-                break
-    m = ready.search(line)
-    if m is None:
-        proc.kill()
-        proc.wait(timeout=STOP_TIMEOUT_S)
-        raise ChaosError(f"{what} did not start (exit {proc.poll()}): {line!r}")
-    return proc, m
+def _spawn(cmd: list[str], what: str) -> tuple[subprocess.Popen[str], dict[str, str]]:
+    """A role started and READY (core.children.spawn), or ChaosError naming it."""
+    try:
+        return children.spawn(cmd, what=what, timeout_s=READY_TIMEOUT_S)
+    except children.ChildFailed as exc:
+        raise ChaosError(str(exc), field="process") from None
 
 
 class Signals:
@@ -107,14 +93,8 @@ class Signals:
 
     def stop(self) -> None:
         self.resume()
-        proc = self.proc
-        if proc is not None and proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=self.term_timeout_s)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=STOP_TIMEOUT_S)
+        if self.proc is not None:
+            children.stop(self.proc, grace_s=self.term_timeout_s)
         self._close()
 
     def _close(self) -> None:
@@ -161,8 +141,8 @@ class Router(Child):
                "--host", "127.0.0.1", "--port", str(self.port), "--control-port", str(self.control_port),
                "--role", self.role, "--ping-interval-ms", "50", "--failure-timeout-ms", "300", "--exit-with-parent",
                *self.extra]
-        self.proc, m = _spawn(cmd, ROUTER_READY, f"router {self.name}")
-        self.port, self.control_port = int(m.group(2)), int(m.group(3))
+        self.proc, ready = _spawn(cmd, f"router {self.name}")
+        self.port, self.control_port = ready_port(ready), ready_port(ready, "control_port")
         self.channel = self._open(f"127.0.0.1:{self.control_port}")
         self.stub = rpb_grpc.RouterControlStub(self.channel)  # type: ignore[no-untyped-call]
         return self
@@ -190,8 +170,8 @@ class Broker(Child):
         cmd = [sys.executable, "-m", "gridstat.cli.main", "broker", "--name", self.name, "--host", "127.0.0.1",
                "--port", str(self.port), "--state", self.state, "--supervise-interval-ms", "200",
                "--exit-with-parent", *self.extra]
-        self.proc, m = _spawn(cmd, PORT_READY, f"broker {self.name}")
-        self.port = int(m.group(2))
+        self.proc, ready = _spawn(cmd, f"broker {self.name}")
+        self.port = ready_port(ready)
         self.channel = self._open(self.address)
         self.stub = bpb_grpc.QoSBrokerStub(self.channel)  # type: ignore[no-untyped-call]
         return self
@@ -209,12 +189,11 @@ class Admission(Child):
     def start(self) -> Admission:
         cmd = [sys.executable, "-m", "gridstat.cli.main", "admission", "--name", self.name, "--host", "127.0.0.1",
                "--port", str(self.port), "--exit-with-parent", *self.args]
-        self.proc, m = _spawn(cmd, PORT_READY, f"admission controller {self.name}")
-        self.port = int(m.group(2))
+        self.proc, ready = _spawn(cmd, f"admission controller {self.name}")
+        self.port = ready_port(ready)
         return self
 
 
-HOST_READY = re.compile(r"READY name=(\S+) output=(\S+) variable_id=(\d+)")
 
 
 @dataclass
@@ -230,6 +209,8 @@ class CondenseHost(Child):
         cmd = [sys.executable, "-m", "gridstat.cli.main", "condense", "host", "--edge",
                f"127.0.0.1:{self.edge_control_port}", "--spec", self.spec, "--status-interval-s", "0",
                "--exit-with-parent", *self.extra]
-        self.proc, m = _spawn(cmd, HOST_READY, f"condensation host {self.name}")
-        self.variable_id = int(m.group(3))
+        self.proc, ready = _spawn(cmd, f"condensation host {self.name}")
+        if not ready.get("variable_id", "").isdigit():
+            raise ChaosError(f"condensation host {self.name}: READY line has no variable_id: {ready}", field="process")
+        self.variable_id = int(ready["variable_id"])
         return self

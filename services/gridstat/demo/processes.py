@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import re
 import signal
 import sys
 from pathlib import Path
@@ -27,6 +26,7 @@ from typing import IO, Any
 
 import grpc
 
+from gridstat.core.children import parse_ready
 from gridstat.demo.localtls import ADMIN, CertDir, leaf_broker_identity
 from gridstat.errors import GridStatError
 from gridstat.v1 import broker_pb2 as bpb
@@ -34,8 +34,6 @@ from gridstat.v1 import broker_pb2_grpc as bpb_grpc
 from gridstat.v1 import router_pb2 as rpb
 from gridstat.v1 import router_pb2_grpc as rpb_grpc
 
-ROUTER_READY_RE = re.compile(r"^READY name=(\S+) port=(\d+) control_port=(\d+)(?: metrics_port=\d+)?\s*$")
-BROKER_READY_RE = re.compile(r"^READY name=(\S+) port=(\d+)")
 READY_TIMEOUT_S = 30.0
 RPC_TIMEOUT_S = 10.0
 STOP_TIMEOUT_S = 5.0
@@ -61,9 +59,10 @@ def parent_role_available() -> bool:
 
 
 class ChildProcess:
-    """One child process started from ``command()`` that prints a READY line matching ``ready_re``."""
+    """One child process started from ``command()`` that prints a READY line (``core.children.parse_ready``)
+    with the ports ``ready_ports`` names."""
 
-    ready_re: re.Pattern[str] = BROKER_READY_RE
+    ready_ports: tuple[str, ...] = ("port",)
     what = "process"
 
     def __init__(self, name: str, log_path: Path, certs: CertDir | None = None) -> None:
@@ -112,7 +111,7 @@ class ChildProcess:
             return f"exited {self.proc.returncode}"
         return self.error or "up"
 
-    async def start(self) -> re.Match[str]:
+    async def start(self) -> dict[str, str]:
         self._log = self.log_path.open("wb")
         self.proc = await asyncio.create_subprocess_exec(
             *self.command(), stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=self._log)
@@ -123,11 +122,11 @@ class ChildProcess:
             raise StartupError(f"{self.what} {self.name} did not print READY within {READY_TIMEOUT_S:.0f} s "
                                f"(log: {self.log_path})") from None
         self.ready_line = line.decode(errors="replace").strip()
-        m = self.ready_re.match(self.ready_line)
-        if m is None:
+        fields = parse_ready(self.ready_line)
+        if fields is None or not all(fields.get(k, "").isdigit() for k in self.ready_ports):
             raise StartupError(f"{self.what} {self.name} exited or printed {line!r} instead of READY "
                                f"(log: {self.log_path})")
-        return m
+        return fields
 
     async def stop(self, grace: float = 0.0) -> int | None:
         """Reap the process: wait ``grace`` seconds for it to exit by itself, then SIGTERM, then
@@ -200,10 +199,10 @@ class BrokerProcess(ChildProcess):
                     cmd += ["--peer-tls-ca", ca]
         return cmd
 
-    async def start(self) -> re.Match[str]:
-        m = await super().start()
-        self.port = int(m.group(2))
-        return m
+    async def start(self) -> dict[str, str]:
+        fields = await super().start()
+        self.port = int(fields["port"])
+        return fields
 
     def connect(self) -> None:
         """Open the gRPC channel (after every child is forked: gRPC's fork handlers only complain)."""
@@ -239,7 +238,7 @@ class BrokerProcess(ChildProcess):
 class RouterProcess(ChildProcess):
     """A status router; an edge router gets ``--broker`` (its cloud's leaf) and proxies its clients."""
 
-    ready_re = ROUTER_READY_RE
+    ready_ports = ("port", "control_port")
     what = "router"
 
     def __init__(self, name: str, router_id: int, role: str, cloud: str, variant: str, log_path: Path, *,
@@ -282,10 +281,10 @@ class RouterProcess(ChildProcess):
                         "--broker-tls-key", str(c.key("router"))]
         return cmd
 
-    async def start(self) -> re.Match[str]:
-        m = await super().start()
-        self.port, self.control_port = int(m.group(2)), int(m.group(3))
-        return m
+    async def start(self) -> dict[str, str]:
+        fields = await super().start()
+        self.port, self.control_port = int(fields["port"]), int(fields["control_port"])
+        return fields
 
     def connect(self) -> None:
         self.channel = self.open_channel(self.control_address)

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from gridstat.client import Subscriber, SubscriptionRejected
+from gridstat.core.children import parse_ready
 from gridstat.core.tls import TlsFiles
 from gridstat.demo import topology as topo
 from gridstat.errors import GridStatError
@@ -28,7 +28,6 @@ from gridstat.telemetry import Archiver, RoleTelemetry, roles
 from gridstat.telemetry.localkafka import LocalKafka
 
 ARCHIVE_INTERVAL_MS = 100
-_METRICS_PORT = re.compile(r"metrics_port=(\d+)")
 
 
 def archive_name(edge: str) -> str:
@@ -41,8 +40,9 @@ def archive_names(publishers: Iterable[topo.Publisher]) -> list[str]:
 
 
 def metrics_port(ready_line: str) -> int | None:
-    m = _METRICS_PORT.search(ready_line)
-    return int(m.group(1)) if m else None
+    fields = parse_ready(ready_line) or {}
+    value = fields.get("metrics_port", "")
+    return int(value) if value.isdigit() else None
 
 
 class DemoTelemetry:

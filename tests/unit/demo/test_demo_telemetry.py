@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from gridstat.demo.processes import ROUTER_READY_RE
+from gridstat.core.children import parse_ready
 from gridstat.demo.telemetry import DemoTelemetry, metrics_port
 
 
@@ -14,8 +14,8 @@ def test_router_ready_line_may_carry_the_metrics_port() -> None:
     plain = "READY name=e1 port=4000 control_port=4001"
     with_metrics = plain + " metrics_port=4002"
     for line in (plain, with_metrics):
-        m = ROUTER_READY_RE.match(line)
-        assert m is not None and (m.group(2), m.group(3)) == ("4000", "4001")
+        fields = parse_ready(line)
+        assert fields is not None and (fields["port"], fields["control_port"]) == ("4000", "4001")
     assert metrics_port(with_metrics) == 4002 and metrics_port(plain) is None
 
 

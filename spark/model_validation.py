@@ -5,8 +5,8 @@
         --out /tmp/model-report
 
 Reads the run's ``model_broker`` records (``gridstat.telemetry.model_brokers``; one per broker
-and sampling period, deduplicated by (instance, seq)) with Spark's Kafka source, aggregates per
-broker over the measurement window -- the time-averaged routing-table size and local
+and sampling period, de-duplicated on (exporter, epoch, sequence)) with Spark's Kafka source,
+aggregates per broker over the measurement window -- the time-averaged routing-table size and local
 subscriptions (each period's exact average weighted by its length), and control and
 notification messages sent and received per second -- joins them with the predictions file
 ``gridstat analyze --live --predictions`` wrote (the model's figures for the time-compressed

@@ -17,7 +17,7 @@ subscription:
 Micro-batches run every ``--trigger-ms`` (default 1000 ms), so an alert reaches Kafka about one
 sampling period plus one trigger after the violation. The query is checkpointed: restarted on
 the same ``--checkpoint`` it resumes at the first sample not yet processed. The Kafka sink is at
-least once; ``alert_id`` (the sample's instance:seq:kind) lets a consumer drop a repeat.
+least once; ``alert_id`` (the sample's exporter:epoch:sequence:kind) lets a consumer drop a repeat.
 With ``--parquet`` the alerts are also kept in a parquet table (exactly once, a file sink).
 """
 
@@ -56,14 +56,15 @@ def alerts(samples: DataFrame, *, interval_tolerance: float = 0.5) -> DataFrame:
     exploded = s.select("*", F.explode(F.filter(checks, lambda c: c.isNotNull())).alias("a"))
     return exploded.select(
         F.lit("gridstat.alerts.qos_violation").alias("schema"),
-        F.lit(1).cast("long").alias("version"),
+        F.lit(tio.VERSION).cast("long").alias("version"),
         (F.unix_micros(F.current_timestamp()) / 1000).cast("long").alias("ts_ms"),
-        F.concat_ws(":", "instance", F.col("seq").cast("string"), "a.kind").alias("alert_id"),
+        F.concat_ws(":", "exporter", F.col("epoch").cast("string"), F.col("sequence").cast("string"),
+                    "a.kind").alias("alert_id"),
         F.col("a.kind").alias("kind"),
         "subscription", "subscriber", "variable", "mode",
         F.col("a.observed").alias("observed"), F.col("a.bound").alias("bound"),
-        F.col("ts_ms").alias("sample_ts_ms"), F.col("instance").alias("source_instance"),
-        F.col("seq").alias("source_seq"),
+        F.col("ts_ms").alias("sample_ts_ms"), F.col("exporter").alias("source_exporter"),
+        F.col("epoch").alias("source_epoch"), F.col("sequence").alias("source_sequence"),
         F.format_string("%s: %s %.1f against %.1f in mode %d", "subscription", "a.kind", "a.observed", "a.bound",
                         "mode").alias("message"),
     )

@@ -13,8 +13,8 @@ and export gap now in Kafka with Spark's Kafka source, and writes under ``--out`
 
 A subscription complies in a mode when its p99.9 latency is within the bound, no expected event
 was skipped (gaps), and its mean delivered interval is within ``--interval-tolerance`` of the
-requested one. Records are deduplicated by (instance, seq) first (the exporter delivers at
-least once).
+requested one. Records are de-duplicated on (exporter, epoch, sequence) first (the exporter
+delivers at least once).
 """
 
 from __future__ import annotations

@@ -2,8 +2,14 @@
 
 The jobs read the records the roles export (services/gridstat/telemetry, docs/telemetry.md).
 Their Spark schemas are *derived* from the same JSON Schema files the exporter's records are
-tested against, so the two cannot drift apart. Records are deduplicated by (instance, seq): the
-exporter delivers at least once, and the pair identifies a record.
+tested against, so the two cannot drift apart. ``(exporter, epoch, sequence)`` identifies a
+record (``KEY``); the exporter delivers to Kafka at least once, so the jobs de-duplicate on it
+(docs/telemetry.md, "Exactly once").
+
+Records of schema version 2 (``schemas/v2``, made now) and 1 (``schemas/v1``, still in Kafka
+after an upgrade) are both read, as version 2 columns: a version 1 record's ``instance`` and
+``seq`` become ``exporter`` = ``role/source``, ``epoch`` = minus the first 60 bits of its
+``instance`` (hexadecimal; never a version 2 epoch, which is positive) and ``sequence`` = ``seq``.
 
 Run the jobs with scripts/spark-submit.sh, which puts Spark's built-in Kafka source
 (spark-sql-kafka-0-10 and its dependencies, resolved from Maven Central by
@@ -21,10 +27,15 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-#: The JSON Schemas (package data of gridstat.telemetry); GRIDSTAT_SCHEMAS overrides.
-SCHEMA_DIR = Path(os.environ.get(
-    "GRIDSTAT_SCHEMAS",
-    Path(__file__).resolve().parents[1] / "services" / "gridstat" / "telemetry" / "schemas" / "v1"))
+#: The folder of the JSON Schemas, one subfolder per major version (package data of gridstat.telemetry);
+#: GRIDSTAT_SCHEMAS overrides.
+SCHEMA_ROOT = Path(os.environ.get(
+    "GRIDSTAT_SCHEMAS", Path(__file__).resolve().parents[1] / "services" / "gridstat" / "telemetry" / "schemas"))
+#: The major version the jobs write and read records as; ``VERSIONS`` are all they read.
+VERSION = 2
+VERSIONS = (1, 2)
+#: What identifies a record (stamped by the exporter).
+KEY = ("exporter", "epoch", "sequence")
 
 TOPICS = {
     "counters": "gridstat.telemetry.counters",
@@ -70,10 +81,14 @@ def _spark_type(spec: dict[str, Any]) -> T.DataType:
     return T.StringType()
 
 
-def schema_for(kind: str) -> T.StructType:
+def _schema_doc(kind: str, version: int) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads((SCHEMA_ROOT / f"v{version}" / f"{kind}.schema.json").read_text())
+    return doc
+
+
+def schema_for(kind: str, version: int = VERSION) -> T.StructType:
     """The Spark schema of a record kind (``counters``, ``delivery``, ...), from its JSON Schema."""
-    doc = json.loads((SCHEMA_DIR / f"{kind}.schema.json").read_text())
-    result = _spark_type(doc)
+    result = _spark_type(_schema_doc(kind, version))
     assert isinstance(result, T.StructType)
     return result
 
@@ -94,15 +109,34 @@ def kafka_reader(spark: SparkSession, bootstrap: str, kind: str, *, stream: bool
     return r.load()
 
 
-def parse(rows: DataFrame, kind: str, *, version: int = 1) -> DataFrame:
-    """Parse Kafka rows into typed records of ``kind``; other schemas and versions are skipped."""
-    schema = schema_for(kind)
-    name = json.loads((SCHEMA_DIR / f"{kind}.schema.json").read_text())["properties"]["schema"]["const"]
+def parse(rows: DataFrame, kind: str) -> DataFrame:
+    """Parse Kafka rows into typed records of ``kind`` with the columns of schema ``VERSION``.
+
+    Records of every version in ``VERSIONS`` are read (a version 1 record's identity mapped as the
+    module docstring says; ``version`` keeps the record's own); other schemas and versions are
+    skipped. Adds the Kafka record's ``kafka_ts`` (its timestamp), ``kafka_partition`` and
+    ``kafka_offset``.
+    """
+    current = schema_for(kind)
+    names = set(current.fieldNames())
+    older = [f for v in VERSIONS if v != VERSION for f in schema_for(kind, v).fields if f.name not in names]
+    schema = T.StructType([*current.fields, *{f.name: f for f in older}.values()])
+    name = _schema_doc(kind, VERSION)["properties"]["schema"]["const"]
     parsed = rows.select(F.from_json(F.col("value").cast("string"), schema).alias("r"),
                          F.col("timestamp").alias("kafka_ts"), F.col("partition").alias("kafka_partition"),
                          F.col("offset").alias("kafka_offset"))
-    return (parsed.where((F.col("r.schema") == name) & (F.col("r.version") == version))
-            .select("r.*", "kafka_ts", "kafka_partition", "kafka_offset"))
+    r = parsed.where((F.col("r.schema") == name) & F.col("r.version").isin(*VERSIONS))
+    v1 = F.col("r.version") == 1
+    mapped: dict[str, Column] = {}
+    if set(KEY) <= names:
+        mapped = {
+            "exporter": F.when(v1, F.concat_ws("/", "r.role", "r.source")).otherwise(F.col("r.exporter")),
+            "epoch": F.when(v1, -F.conv(F.substring("r.instance", 1, 15), 16, 10).cast("long"))
+                      .otherwise(F.col("r.epoch")),
+            "sequence": F.when(v1, F.col("r.seq")).otherwise(F.col("r.sequence")),
+        }
+    return r.select(*(mapped.get(f, F.col(f"r.{f}")).alias(f) for f in current.fieldNames()),
+                    "kafka_ts", "kafka_partition", "kafka_offset")
 
 
 def topics(spark: SparkSession, bootstrap: str, *, timeout_s: float = 30.0) -> set[str]:
@@ -120,7 +154,7 @@ def topics(spark: SparkSession, bootstrap: str, *, timeout_s: float = 30.0) -> s
 
 
 def read_records(spark: SparkSession, bootstrap: str, kind: str, *, known: set[str] | None = None) -> DataFrame:
-    """Every record of ``kind`` now in Kafka, parsed and deduplicated by (instance, seq).
+    """Every record of ``kind`` now in Kafka, parsed and de-duplicated on ``KEY`` (exporter, epoch, sequence).
 
     A topic that does not exist yet (nothing of that kind was ever exported) reads as empty."""
     present = topics(spark, bootstrap) if known is None else known
@@ -129,7 +163,7 @@ def read_records(spark: SparkSession, bootstrap: str, kind: str, *, known: set[s
                               T.StructField("kafka_partition", T.IntegerType()),
                               T.StructField("kafka_offset", T.LongType())])
         return spark.createDataFrame([], empty)
-    return parse(kafka_reader(spark, bootstrap, kind), kind).dropDuplicates(["instance", "seq"])
+    return parse(kafka_reader(spark, bootstrap, kind), kind).dropDuplicates(list(KEY))
 
 
 def ms_to_ts(col: str | Column) -> Column:

@@ -5,7 +5,7 @@ only 30 records so that an outage of a few seconds must lose some. Twenty 100 Hz
 from a publisher through the router to a subscriber (2000 events/s). Kafka is killed (SIGKILL)
 for four seconds and started again on the same data directory. Measured: the delivered rate
 before and during the outage, the router's drops, and what the exporter reports -- the lost
-records on /metrics, the ``gap`` record it writes once Kafka is back, and the holes in ``seq``
+records on /metrics, the ``gap`` record it writes once Kafka is back, and the holes in ``sequence``
 of everything it exported, which must all agree.
 """
 
@@ -142,10 +142,10 @@ async def test_data_plane_keeps_its_rate_while_kafka_is_down_and_the_gap_is_coun
     assert after[("gridstat_telemetry_kafka_connected", (("role", "router"), ("source", "e1")))] == 1
     assert after[("gridstat_telemetry_export_gaps_total", (("role", "router"), ("source", "e1")))] >= 1
 
-    # ... and told the analysts: gap records covering the outage, whose counts are the holes in seq.
+    # ... and told the analysts: gap records covering the outage, whose counts are the holes in sequence.
     assert gaps and sum(g["lost"] for g in gaps) == lost
     assert max(g["to_ms"] for g in gaps) - min(g["from_ms"] for g in gaps) >= 3000
     assert {x["reason"] for g in gaps for x in g["lost_by_reason"]} == {"buffer_full"}
-    seqs = {r["seq"] for r in exported if r["instance"] == gaps[0]["instance"]}
+    seqs = {r["sequence"] for r in exported if (r["exporter"], r["epoch"]) == (gaps[0]["exporter"], gaps[0]["epoch"])}
     holes = max(seqs) - len(seqs)
     assert holes == lost, (holes, lost)

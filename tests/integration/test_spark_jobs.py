@@ -48,7 +48,7 @@ def sample(subscriber: str, *, mode: int = 0, interval: int = 20, bound: float =
 
 
 async def export(bootstrap: str, role: str, source: str, items: list[tuple[str, str, dict[str, Any]]]) -> str:
-    """Send records through a real exporter; returns its instance id."""
+    """Send records through a real exporter; returns ``exporter:epoch``, the prefix of its records' ids."""
     exp = TelemetryExporter(ExporterConfig(bootstrap=bootstrap, role=role, source=source))
     await exp.start()
     for topic, key, rec in items:
@@ -56,7 +56,7 @@ async def export(bootstrap: str, role: str, source: str, items: list[tuple[str, 
     await exp.flush(20)
     await exp.stop()
     assert exp.stats.lost_total == 0
-    return exp.instance
+    return f"{exp.exporter_id}:{exp.epoch}"
 
 
 def test_qos_compliance_report_under_spark_submit(kafka: KafkaProc, spark: Any, tmp_path: Path) -> None:
@@ -119,7 +119,7 @@ def test_alerts_reach_kafka_seconds_after_the_violation(kafka: KafkaProc, spark:
         assert query.lastProgress is not None, query.exception()
         t_emit = time.time()
         ts = records.now_ms()
-        instance = asyncio.run(export(kafka.bootstrap, "subscriber", f"alerts-test-{tag}", [
+        exporter = asyncio.run(export(kafka.bootstrap, "subscriber", f"alerts-test-{tag}", [
             (records.TOPICS.delivery, ok, sample(ok, latencies=[3] * 50, ts_ms=ts)),
             (records.TOPICS.delivery, late, sample(late, latencies=[3] * 48 + [80, 95], ts_ms=ts)),
         ]))
@@ -139,7 +139,8 @@ def test_alerts_reach_kafka_seconds_after_the_violation(kafka: KafkaProc, spark:
     (alert,) = alerts
     jsonschema.validate(alert, schema)
     assert (alert["subscriber"], alert["kind"], alert["observed"], alert["bound"]) == (late, "latency", 95.0, 30.0)
-    assert alert["alert_id"] == f"{instance}:2:latency"
+    assert alert["alert_id"] == f"{exporter}:2:latency"
+    assert (alert["source_exporter"], alert["source_sequence"]) == (f"subscriber/alerts-test-{tag}", 2)
     print(f"alert seen {seen_after_s:.1f} s after the sample was exported")
 
 
@@ -202,10 +203,11 @@ def test_archive_ingest_is_exactly_once_across_a_kill_and_restart(spark: Any, in
     assert ingested["ours_at_stop"] < ingested["expected"] / 2  # it really was killed mid-stream
     rows = (spark.read.parquet(ingested["table"])
             .where(f"publisher in ('{ingested['west']}', '{ingested['east']}')")
-            .select("variable", "event_ts_ms", "seq").collect())
+            .select("variable", "event_ts_ms", "exporter", "epoch", "sequence").collect())
     keys = [(r["variable"], r["event_ts_ms"]) for r in rows]
     assert len(keys) == ingested["expected"]  # no loss ...
     assert len(set(keys)) == len(keys)  # ... and no duplicates
+    assert len({(r["exporter"], r["epoch"], r["sequence"]) for r in rows}) == len(rows)
     base = ingested["base"]
     assert set(keys) == {(f"{pmu}/freq", base + 100 * k) for pmu in (ingested["west"], ingested["east"])
                          for k in range(300)}

@@ -4,7 +4,7 @@ Public surface (docs/telemetry.md):
 
 * ``TelemetryExporter`` / ``ExporterConfig`` -- bounded, non-blocking export of JSON records
   to Kafka with aiokafka (batched, compressed; loss counted, never blocking the data plane);
-* ``records`` -- topics, schema names, record builders; JSON Schemas in ``schemas/v1``;
+* ``records`` -- topics, schema names, record builders; JSON Schemas in ``schemas/v2`` (``schemas/v1``: older records);
 * ``Reporter`` and the samplers -- a role's own counters turned into records, once a period;
 * ``BrokerRecorder`` -- admission decisions and mode changes of a broker;
 * ``metrics`` collectors and ``MetricsServer`` -- ``/metrics`` of every role;

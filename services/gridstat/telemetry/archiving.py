@@ -7,7 +7,7 @@ rate-filter for it like for any subscriber, and every delivered value becomes on
 the Kafka key (so one variable's values stay in order in one partition). Export goes through
 the same bounded, non-blocking exporter as telemetry; a Kafka outage longer than the buffer
 loses the oldest values, counted (``gridstat_telemetry_records_lost_total``) and visible as
-holes in ``seq``.
+holes in ``sequence``.
 """
 
 from __future__ import annotations

@@ -8,15 +8,24 @@ batches per partition (``linger_ms``) and compresses (lz4 by default).
 
 Kafka down never reaches the role: ``emit`` never waits and never raises. While Kafka does not
 answer, records stay in the buffer; when it is full the oldest go and are counted as lost
-(``buffer_full``). A batch the producer failed with a retriable error goes back to the head of
-the buffer and is sent again after reconnecting (at least once; ``instance`` + ``seq`` identify
-a record, so a consumer can drop the rare duplicate). The background task reconnects with a
-bounded back-off; on the first delivered batch after an outage it emits one ``gap`` record
-(``records.gap``) saying when export stopped and resumed and how many records were lost.
+(``buffer_full``). The background task reconnects with a bounded back-off; on the first
+delivered batch after an outage it emits one ``gap`` record (``records.gap``) saying when export
+stopped and resumed and how many records were lost.
 
-Every record gets four stamps here: ``role`` and ``source`` (who exports), ``instance`` (this
-exporter, new at every start of the process) and ``seq`` (1, 2, 3 ... in emit order, lost
-records included, so holes in ``seq`` are exactly the lost records).
+Delivery to Kafka (docs/telemetry.md, "Exactly once"): the producer is idempotent
+(``enable_idempotence``, ``acks="all"``), so its own retries within one producer session never
+write a record twice. A batch the producer failed goes back to the head of the buffer and is
+sent again by a *new* producer session after reconnecting; if Kafka had in fact written the
+first attempt, Kafka now holds the record twice. So this hop is at least once, and every copy
+of a record is byte-identical: consumers de-duplicate on ``(exporter, epoch, sequence)``
+(``spark/archive_ingest.py`` does, into parquet).
+
+Every record gets five stamps here: ``role`` and ``source`` (who exports); ``exporter`` (the
+exporting process's stable id, ``role/source`` unless configured, the same after a restart);
+``epoch`` (this incarnation of the exporter: its start in microseconds since the Unix epoch, new
+at every start); ``sequence`` (1, 2, 3 ... per epoch in emit order, lost records included, so
+holes in ``sequence`` are exactly the lost records). A killed process loses what it had
+buffered and not yet sent; its successor starts a new epoch at sequence 1.
 
 Lifecycle: ``start`` and ``stop`` are idempotent; ``stop`` is irreversible, flushes what it can
 within its timeout and counts the rest as lost (``stopped``).
@@ -30,7 +39,6 @@ import enum
 import json
 import logging
 import time
-import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,6 +55,18 @@ log = logging.getLogger(__name__)
 MAX_BACKOFF_S = 2.0
 #: A record larger than this is never sent (Kafka's default max.message.bytes is 1 MiB).
 MAX_RECORD_BYTES = 900_000
+#: Longest configured exporter id.
+MAX_EXPORTER_ID_CHARS = 200
+
+_last_epoch_us = 0
+
+
+def new_epoch() -> int:
+    """A new exporter incarnation: now in microseconds since the Unix epoch, and larger than any
+    epoch this process made before (two exporters made in the same microsecond still differ)."""
+    global _last_epoch_us
+    _last_epoch_us = max(time.time_ns() // 1000, _last_epoch_us + 1)
+    return _last_epoch_us
 
 
 class LossReason(enum.Enum):
@@ -72,6 +92,9 @@ class ExporterConfig:
         linger_ms: the producer's batching delay.
         compression: ``lz4`` (needs cramjam), ``zstd``, ``snappy``, ``gzip`` or ``none``.
         request_timeout_ms: the producer's request timeout; also how long a connect may take.
+        exporter: the exporter's stable id, stamped on every record (``exporter``); empty means
+            ``role/source``. Must be unique among the processes exporting at one time and the
+            same for a restarted process (docs/telemetry.md, "Exactly once").
     """
 
     bootstrap: str
@@ -83,8 +106,12 @@ class ExporterConfig:
     compression: str = "lz4"
     request_timeout_ms: int = 2_000
     client_id: str = ""
+    exporter: str = ""
 
     def __post_init__(self) -> None:
+        if self.exporter != self.exporter.strip() or len(self.exporter) > MAX_EXPORTER_ID_CHARS:
+            raise ValidationError(f"exporter id {self.exporter!r} has surrounding blanks or is longer than "
+                                  f"{MAX_EXPORTER_ID_CHARS} characters", field="exporter")
         if not self.bootstrap.strip():
             raise ValidationError("the Kafka bootstrap address must not be empty", field="kafka")
         if self.buffer_records < 1 or self.batch_records < 1:
@@ -92,6 +119,11 @@ class ExporterConfig:
         if self.compression not in ("lz4", "zstd", "snappy", "gzip", "none"):
             raise ValidationError(f"compression {self.compression!r} is not lz4, zstd, snappy, gzip or none",
                                   field="compression")
+
+    @property
+    def exporter_id(self) -> str:
+        """What every record's ``exporter`` says: the configured id, else ``role/source``."""
+        return self.exporter or f"{self.role}/{self.source}"
 
 
 @dataclass
@@ -119,10 +151,12 @@ class TelemetryExporter:
 
     def __init__(self, config: ExporterConfig) -> None:
         self.config = config
-        self.instance = uuid.uuid4().hex[:16]
+        #: The stamps that identify this exporter's records: (exporter_id, epoch, sequence).
+        self.exporter_id = config.exporter_id
+        self.epoch = new_epoch()
         self.stats = ExporterStats()
         self._buffer = buffering.RecordBuffer(config.buffer_records)
-        self._seq = 0
+        self._sequence = 0
         self._task: asyncio.Task[None] | None = None
         self._producer: Any = None
         self._started = self._closed = False
@@ -172,6 +206,11 @@ class TelemetryExporter:
     def buffered(self) -> int:
         return len(self._buffer)
 
+    @property
+    def last_sequence(self) -> int:
+        """The ``sequence`` of the last record emitted (0 before the first)."""
+        return self._sequence
+
     # -- the roles' side -----------------------------------------------------------------------
     def emit(self, topic: str, record: dict[str, Any], *, key: str | bytes | None = None) -> bool:
         """Stamp ``record`` and buffer it for ``topic``; never waits, never raises on Kafka's state.
@@ -179,11 +218,12 @@ class TelemetryExporter:
         Returns False when the record could not be kept (exporter stopped) or an older record had
         to be dropped to make room; either way the loss is counted.
         """
-        self._seq += 1
+        self._sequence += 1
         record["role"] = self.config.role
         record["source"] = self.config.source
-        record["instance"] = self.instance
-        record["seq"] = self._seq
+        record["exporter"] = self.exporter_id
+        record["epoch"] = self.epoch
+        record["sequence"] = self._sequence
         self.stats.emitted[topic] += 1
         if self._closed:
             self.stats.lost[LossReason.STOPPED.value] += 1
@@ -227,6 +267,9 @@ class TelemetryExporter:
 
         _quiet_topic_creation()
         cfg = self.config
+        # Idempotent: the producer's own retries never write a batch twice (needs acks="all").
+        # Across producer sessions (a reconnect) a resent batch may still be written twice; the
+        # record key (exporter, epoch, sequence) is what consumers de-duplicate on (docs/telemetry.md).
         producer = AIOKafkaProducer(
             bootstrap_servers=cfg.bootstrap,
             client_id=cfg.client_id or f"gridstat-{cfg.role}-{cfg.source}",
@@ -235,7 +278,8 @@ class TelemetryExporter:
             max_batch_size=256 * 1024,
             request_timeout_ms=cfg.request_timeout_ms,
             retry_backoff_ms=200,
-            acks=1,
+            enable_idempotence=True,
+            acks="all",
         )
         try:
             await asyncio.wait_for(producer.start(), cfg.request_timeout_ms / 1000)
@@ -260,7 +304,7 @@ class TelemetryExporter:
         its time. A failed batch goes back to the buffer whole (retriable errors) or is counted as
         rejected.
         """
-        from aiokafka.errors import KafkaError
+        from aiokafka.errors import KafkaError, KafkaTimeoutError
         from aiokafka.partitioner import DefaultPartitioner
 
         producer = self._producer
@@ -317,9 +361,18 @@ class TelemetryExporter:
                 if members:
                     await submit(builder, topic, partition, members)
             if sends:
-                done = await asyncio.gather(*(f for _, f in sends), return_exceptions=True)
-                for (members, _), result in zip(sends, done, strict=True):
-                    if isinstance(result, BaseException):
+                # An idempotent producer retries a batch until Kafka takes it (aiokafka never expires
+                # it), so the wait for acknowledgements is bounded here: what is not acknowledged in
+                # time is sent again by the next producer session (at least once; docs/telemetry.md).
+                futures = [f for _, f in sends]
+                for f in futures:
+                    f.add_done_callback(_retrieve)  # also those given up on below
+                await asyncio.wait(futures, timeout=timeout_s + self.config.linger_ms / 1000)
+                for members, fut in sends:
+                    result: BaseException | None = KafkaTimeoutError("no acknowledgement in time")
+                    if fut.done() and not fut.cancelled():
+                        result = fut.exception()
+                    if result is not None:
                         if isinstance(result, KafkaError) and not result.retriable \
                                 and not isinstance(result, _timeouts()):
                             self.stats.lost[LossReason.REJECTED.value] += len(members)
@@ -388,8 +441,17 @@ class TelemetryExporter:
         producer, self._producer = self._producer, None
         self.stats.connected = False
         if producer is not None:
+            # stop() first waits until every batch the producer holds is acknowledged, and an idempotent
+            # producer holds a batch until Kafka takes it: with Kafka away, forever. Those records are
+            # back in our buffer (``_send``), so the producer's copies are failed first. aiokafka has no
+            # public way to abandon them; ``fail_all`` is what its own fatal-error path calls.
+            from aiokafka.errors import KafkaTimeoutError
+
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(producer.stop(), 2.0)
+                producer._message_accumulator.fail_all(KafkaTimeoutError("producer closed"))
+            # its requests still in flight end within the request timeout
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(producer.stop(), self.config.request_timeout_ms / 1000 + 1.0)
 
 
 class _TopicCreatedFilter(logging.Filter):
@@ -416,6 +478,12 @@ def _compression(name: str) -> str | None:
             log.warning("telemetry: %s compression needs cramjam; using gzip", name)
             return "gzip"
     return name
+
+
+def _retrieve(fut: asyncio.Future[Any]) -> None:
+    """Done-callback of an acknowledgement no longer awaited: take its exception, so asyncio does not log it."""
+    if not fut.cancelled():
+        fut.exception()
 
 
 def _timeouts() -> tuple[type[BaseException], ...]:

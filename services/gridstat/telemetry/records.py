@@ -1,15 +1,19 @@
 """Telemetry records: topics, schema names and the builders every producer of records uses.
 
 Every record is one JSON object with a common head and a kind-specific body; each kind has a
-JSON Schema (draft 2020-12) in ``telemetry/schemas/v1/<kind>.schema.json``, documented in
+JSON Schema (draft 2020-12) in ``telemetry/schemas/v2/<kind>.schema.json``, documented in
 docs/telemetry.md. The head:
 
 * ``schema`` -- the record kind's name, e.g. ``gridstat.telemetry.delivery``;
 * ``version`` -- the schema's major version (``SCHEMA_VERSION``); a consumer that reads a version
-  it does not know must skip the record. Adding an optional field keeps the version; removing or
-  retyping one bumps it (and its folder, ``schemas/v2``);
+  it does not know must skip the record. Adding an optional field keeps the version; removing,
+  renaming or retyping one, or making one required, bumps it (and its folder, ``schemas/vN``).
+  Version 2 replaced version 1's ``instance`` and ``seq`` by ``exporter``, ``epoch`` and
+  ``sequence``; the version 1 schemas stay in ``schemas/v1`` for the records still in Kafka;
 * ``ts_ms`` -- when the record was made, milliseconds since the Unix epoch (the role's clock);
-* ``role``, ``source``, ``instance``, ``seq`` -- stamped by the exporter (``exporting``).
+* ``role``, ``source``, ``exporter``, ``epoch``, ``sequence`` -- stamped by the exporter
+  (``exporting``); ``(exporter, epoch, sequence)`` identifies a record (docs/telemetry.md,
+  "Exactly once").
 
 The builders here fill ``schema``, ``version``, ``ts_ms`` and the body; they never raise on
 values a role produced and never emit NaN (JSON has none).
@@ -23,10 +27,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-#: Major version of every schema in ``schemas/v1``.
-SCHEMA_VERSION = 1
-#: Where the JSON Schema files are (package data).
+#: Major version of the records made now (every schema in ``schemas/v2``).
+SCHEMA_VERSION = 2
+#: Every major version a reader may meet in Kafka, oldest first (``schemas/v1``, ``schemas/v2``).
+SCHEMA_VERSIONS = (1, 2)
+#: Where the JSON Schema files of ``SCHEMA_VERSION`` are (package data).
 SCHEMA_DIR = Path(__file__).with_name("schemas") / f"v{SCHEMA_VERSION}"
+#: The fields that identify a record (stamped by the exporter; docs/telemetry.md, "Exactly once").
+RECORD_KEY = ("exporter", "epoch", "sequence")
 #: Latency samples carried by one delivery record; the rest are counted in ``latency_samples_omitted``.
 MAX_LATENCY_SAMPLES = 1024
 
@@ -66,11 +74,13 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def schema_path(kind: str) -> Path:
-    """The JSON Schema file of a record kind (a key of ``KINDS``)."""
+def schema_path(kind: str, version: int = SCHEMA_VERSION) -> Path:
+    """The JSON Schema file of a record kind (a key of ``KINDS``) in a major version (``SCHEMA_VERSIONS``)."""
     if kind not in KINDS:
         raise KeyError(f"no telemetry record kind {kind!r}; known: {sorted(KINDS)}")
-    return SCHEMA_DIR / f"{kind}.schema.json"
+    if version not in SCHEMA_VERSIONS:
+        raise KeyError(f"no telemetry schema version {version}; known: {list(SCHEMA_VERSIONS)}")
+    return SCHEMA_DIR.with_name(f"v{version}") / f"{kind}.schema.json"
 
 
 def _head(kind: str, ts_ms: int | None) -> dict[str, Any]:

@@ -53,6 +53,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--telemetry-buffer", type=int, default=20_000,
                    help="records held while Kafka is slow or away; beyond it the oldest are dropped and counted")
     g.add_argument("--telemetry-compression", default="lz4", choices=["lz4", "zstd", "snappy", "gzip", "none"])
+    g.add_argument("--telemetry-exporter", default="", metavar="ID",
+                   help="the exporter id stamped on every record (default role/NAME): unique among the running "
+                        "processes, the same after a restart (docs/telemetry.md, Exactly once)")
 
 
 class RoleTelemetry:
@@ -60,13 +63,14 @@ class RoleTelemetry:
 
     def __init__(self, role: str, name: str, *, kafka: str = "", metrics_host: str = "127.0.0.1",
                  metrics_port: int = METRICS_OFF, interval_ms: int = 1000, buffer_records: int = 20_000,
-                 compression: str = "lz4") -> None:
+                 compression: str = "lz4", exporter_id: str = "") -> None:
         self.role, self.name = role, name
         self.exporter: TelemetryExporter | None = None
         self.reporter: Reporter | None = None
         if kafka:
             self.exporter = TelemetryExporter(ExporterConfig(
-                bootstrap=kafka, role=role, source=name, buffer_records=buffer_records, compression=compression))
+                bootstrap=kafka, role=role, source=name, buffer_records=buffer_records, compression=compression,
+                exporter=exporter_id))
             self.reporter = Reporter(self.exporter, interval_s=interval_ms / 1000)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(metrics.TlsRefusalsCollector(role, name, grpclog.refused))
@@ -82,7 +86,7 @@ class RoleTelemetry:
     def from_args(cls, role: str, name: str, args: argparse.Namespace) -> RoleTelemetry:
         return cls(role, name, kafka=args.kafka, metrics_host=args.metrics_host, metrics_port=args.metrics_port,
                    interval_ms=args.telemetry_interval_ms, buffer_records=args.telemetry_buffer,
-                   compression=args.telemetry_compression)
+                   compression=args.telemetry_compression, exporter_id=getattr(args, "telemetry_exporter", ""))
 
     @property
     def enabled(self) -> bool:

@@ -150,7 +150,7 @@ def test_model_broker_record_is_valid_against_its_schema() -> None:
                                control_sent=4, control_received=2, notifications_sent=30, notifications_received=20,
                                notifications_published=10, subscriptions_started=3)
     schema = json.loads(records.schema_path("model_broker").read_text())
-    stamped = {**rec, "role": "model_broker", "source": "B1", "instance": "abc", "seq": 1}
+    stamped = {**rec, "role": "model_broker", "source": "B1", "exporter": "model_broker/B1", "epoch": 1, "sequence": 1}
     jsonschema.validate(stamped, schema)
     assert set(stamped) == set(schema["properties"])
 

@@ -39,14 +39,32 @@ async def test_emit_never_blocks_and_counts_what_the_buffer_cannot_hold() -> Non
     assert exp.stats.lost_total == 1000
 
 
-async def test_records_are_stamped_with_source_instance_and_sequence() -> None:
+async def test_records_are_stamped_with_exporter_epoch_and_sequence() -> None:
     exp = TelemetryExporter(config())
     a, b = {"x": 1}, {"x": 2}
     exp.emit("t", a)
     exp.emit("t", b)
-    assert (a["role"], a["source"], a["seq"], b["seq"]) == ("router", "e1", 1, 2)
-    assert a["instance"] == b["instance"] == exp.instance
+    assert (a["role"], a["source"], a["exporter"], a["sequence"], b["sequence"]) == ("router", "e1", "router/e1", 1, 2)
+    assert a["epoch"] == b["epoch"] == exp.epoch
+    assert exp.last_sequence == 2
+    # within a second of now, in microseconds since the Unix epoch
+    assert abs(exp.epoch - time.time_ns() // 1000) < 1_000_000
     await exp.stop()
+
+
+async def test_a_restarted_exporter_keeps_its_id_and_starts_a_new_epoch() -> None:
+    first, second = TelemetryExporter(config()), TelemetryExporter(config())
+    assert first.exporter_id == second.exporter_id == "router/e1"
+    assert second.epoch > first.epoch  # even when made in the same microsecond
+    a, b = {}, {}  # type: ignore[var-annotated]
+    first.emit("t", a)
+    second.emit("t", b)
+    assert a["sequence"] == b["sequence"] == 1
+    assert (a["exporter"], a["epoch"], a["sequence"]) != (b["exporter"], b["epoch"], b["sequence"])
+    configured = TelemetryExporter(ExporterConfig(bootstrap="h:1", role="router", source="e1", exporter="site-7/e1"))
+    assert configured.exporter_id == "site-7/e1"
+    for exp in (first, second, configured):
+        await exp.stop()
 
 
 async def test_stop_is_idempotent_and_irreversible() -> None:
@@ -65,3 +83,7 @@ def test_config_is_checked() -> None:
         ExporterConfig(bootstrap="", role="router", source="e1")
     with pytest.raises(ValidationError):
         ExporterConfig(bootstrap="h:1", role="router", source="e1", compression="brotli")
+    with pytest.raises(ValidationError):
+        ExporterConfig(bootstrap="h:1", role="router", source="e1", exporter=" e1")
+    with pytest.raises(ValidationError):
+        ExporterConfig(bootstrap="h:1", role="router", source="e1", exporter="x" * 201)

@@ -33,14 +33,32 @@ SAMPLES = {
 
 def stamped(record: dict) -> dict:  # type: ignore[type-arg]
     """What the exporter adds to every record."""
-    return {**record, "role": "router", "source": "e1", "instance": "abc", "seq": 1}
+    return {**record, "role": "router", "source": "e1", "exporter": "router/e1", "epoch": 1_764_230_000_000_000,
+            "sequence": 1}
 
 
+@pytest.mark.parametrize("version", records.SCHEMA_VERSIONS)
 @pytest.mark.parametrize("kind", sorted(records.KINDS))
-def test_schema_files_are_valid_json_schema(kind: str) -> None:
-    schema = json.loads(records.schema_path(kind).read_text())
+def test_schema_files_are_valid_json_schema(kind: str, version: int) -> None:
+    schema = json.loads(records.schema_path(kind, version).read_text())
     jsonschema.Draft202012Validator.check_schema(schema)
     assert schema["properties"]["schema"]["const"] == records.KINDS[kind][0]
+    assert schema["properties"]["version"]["const"] == version
+
+
+@pytest.mark.parametrize("kind", sorted(set(records.KINDS) - {"qos_alert"}))
+def test_every_record_carries_its_key_from_version_2_on(kind: str) -> None:
+    current = json.loads(records.schema_path(kind).read_text())
+    assert records.SCHEMA_VERSION == 2 and set(records.RECORD_KEY) <= set(current["required"])
+    # version 1 stays as it was, for the records still in Kafka
+    old = json.loads(records.schema_path(kind, 1).read_text())
+    assert {"instance", "seq"} <= set(old["required"]) and "exporter" not in old["properties"]
+    v1 = {**SAMPLES.get(kind, lambda: {})(), "version": 1, "role": "router", "source": "e1", "instance": "abc",
+          "seq": 1}
+    if kind in SAMPLES:
+        jsonschema.validate(v1, old)
+        with pytest.raises(jsonschema.ValidationError):  # a version 1 record is no version 2 record
+            jsonschema.validate(v1, current)
 
 
 @pytest.mark.parametrize("kind", sorted(SAMPLES))

@@ -31,6 +31,7 @@ from gridstat.v1 import router_pb2 as rpb
 
 from .brokerprocs import BrokerProc, add_link, add_router, start_broker, wait_for
 from .routerprocs import RouterProc, start_router
+from .udpsink import UdpSink
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 
@@ -43,34 +44,19 @@ class Sink:
     """A raw subscriber socket collecting (variable id, timestamp, float value) in a thread."""
 
     def __init__(self) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.settimeout(0.1)
         self.events: list[tuple[int, int, float]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    @property
-    def port(self) -> int:
-        return int(self.sock.getsockname()[1])
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                data = self.sock.recv(65536)
-            except TimeoutError:
-                continue
-            for e in wire.decode_datagram(data).events:
-                self.events.append((e.variable_id, e.timestamp_ms, struct.unpack(">d", e.value)[0]))
+        self.udp = UdpSink(lambda d, _: self.events.extend(
+            (e.variable_id, e.timestamp_ms, struct.unpack(">d", e.value)[0]) for e in d.events))
 
     def of(self, variable_id: int) -> list[tuple[int, float]]:
         return [(ts, v) for vid, ts, v in list(self.events) if vid == variable_id]
 
+    @property
+    def port(self) -> int:
+        return self.udp.port
+
     def close(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=2)
-        self.sock.close()
+        self.udp.close()
 
 
 class Feeds:

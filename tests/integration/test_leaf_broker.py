@@ -17,6 +17,7 @@ from gridstat.v1 import router_pb2 as rpb
 
 from .brokerprocs import add_link, add_router, start_broker, wait_for
 from .routerprocs import start_router
+from .udpsink import UdpSink
 
 pytestmark = pytest.mark.integration
 
@@ -31,30 +32,15 @@ class Sink:
     """A raw subscriber socket collecting (variable, timestamp) pairs in a thread."""
 
     def __init__(self) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.settimeout(0.1)
         self.events: list[tuple[int, int]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
+        self.udp = UdpSink(lambda d, _: self.events.extend((e.variable_id, e.timestamp_ms) for e in d.events))
 
     @property
     def port(self) -> int:
-        return int(self.sock.getsockname()[1])
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                data = self.sock.recv(65536)
-            except TimeoutError:
-                continue
-            self.events.extend((e.variable_id, e.timestamp_ms) for e in wire.decode_datagram(data).events)
+        return self.udp.port
 
     def close(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=2)
-        self.sock.close()
+        self.udp.close()
 
 
 @pytest.fixture

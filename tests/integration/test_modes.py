@@ -22,6 +22,7 @@ from gridstat.v1 import router_pb2 as rpb
 
 from .brokerprocs import add_link, add_router, start_broker, wait_for
 from .routerprocs import start_router
+from .udpsink import UdpSink
 
 pytestmark = pytest.mark.integration
 
@@ -34,34 +35,21 @@ class Sink:
     """A raw subscriber socket: events as (variable, timestamp) and mode notices, from a thread."""
 
     def __init__(self) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.settimeout(0.1)
         self.events: list[tuple[int, int]] = []
         self.notices: list[tuple[int, int, int, int]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
+        self.udp = UdpSink(self._on)
+
+    def _on(self, d: wire.Datagram, _: int) -> None:
+        if d.mode_notice is not None:
+            self.notices.append(d.mode_notice)
+        self.events.extend((e.variable_id, e.timestamp_ms) for e in d.events)
 
     @property
     def port(self) -> int:
-        return int(self.sock.getsockname()[1])
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                data = self.sock.recv(65536)
-            except TimeoutError:
-                continue
-            d = wire.decode_datagram(data)
-            if d.mode_notice is not None:
-                self.notices.append(d.mode_notice)
-            self.events.extend((e.variable_id, e.timestamp_ms) for e in d.events)
+        return self.udp.port
 
     def close(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=2)
-        self.sock.close()
+        self.udp.close()
 
 
 class Feed:

@@ -19,6 +19,7 @@ from gridstat.v1 import router_pb2 as pb
 
 from .brokerprocs import wait_for
 from .routerprocs import RouterProc, routers, start_router
+from .udpsink import UdpSink
 
 pytestmark = pytest.mark.integration
 PUB = 900_001
@@ -30,36 +31,22 @@ class Sink:
     """A raw subscriber socket: events with their latency, and shed notices, collected in a thread."""
 
     def __init__(self) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.settimeout(0.1)
         self.latency_ms: dict[int, list[int]] = {}
         self.notices: list[tuple[wire.ShedNotice, int]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
+        self.udp = UdpSink(self._on)
+
+    def _on(self, d: wire.Datagram, now: int) -> None:
+        if d.shed_notice is not None:
+            self.notices.append((d.shed_notice, d.sender_id))
+        for e in d.events:
+            self.latency_ms.setdefault(e.variable_id, []).append(now - e.timestamp_ms)
 
     @property
     def port(self) -> int:
-        return int(self.sock.getsockname()[1])
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                data = self.sock.recv(65536)
-            except TimeoutError:
-                continue
-            now = time.time_ns() // 1_000_000
-            d = wire.decode_datagram(data)
-            if d.shed_notice is not None:
-                self.notices.append((d.shed_notice, d.sender_id))
-            for e in d.events:
-                self.latency_ms.setdefault(e.variable_id, []).append(now - e.timestamp_ms)
+        return self.udp.port
 
     def close(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=2)
-        self.sock.close()
+        self.udp.close()
 
 
 class Feed:

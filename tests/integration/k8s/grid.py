@@ -15,6 +15,7 @@ from gridstat.v1 import broker_pb2 as bpb
 
 from ..brokerprocs import BrokerProc, add_link, add_router, start_broker
 from ..routerprocs import RouterProc, start_router
+from ..udpsink import UdpSink
 
 ROUTERS = [("e1", 1, "edge"), ("i1", 2, "internal"), ("i2", 3, "internal"), ("e2", 4, "edge")]
 LINKS = [("e1", "i1", 1.0), ("i1", "e2", 1.0), ("e1", "i2", 2.0), ("i2", "e2", 2.0)]
@@ -26,35 +27,18 @@ class Sink:
     """The subscriber's socket: (variable id, timestamp) of every event received, from a thread."""
 
     def __init__(self) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.settimeout(0.1)
         self.events: list[tuple[int, int]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
+        self.udp = UdpSink(lambda d, _: self.events.extend((e.variable_id, e.timestamp_ms) for e in d.events))
 
     @property
     def port(self) -> int:
-        return int(self.sock.getsockname()[1])
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                data = self.sock.recv(65536)
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            self.events.extend((e.variable_id, e.timestamp_ms) for e in wire.decode_datagram(data).events)
+        return self.udp.port
 
     def count(self, variable_id: int, since_ms: int = 0) -> int:
         return sum(1 for v, ts in list(self.events) if v == variable_id and ts >= since_ms)
 
     def close(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=2)
-        self.sock.close()
+        self.udp.close()
 
 
 class Feed:

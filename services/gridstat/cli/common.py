@@ -13,6 +13,7 @@ Exit codes of ``gridstat sub|topology|routes``:
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from collections.abc import Callable, Mapping
@@ -204,12 +205,25 @@ def _code_reason(code: grpc.StatusCode) -> str:
     return "".join(part.capitalize() for part in code.name.split("_"))
 
 
-def guarded(command: str, body: Callable[[], int]) -> int:
-    """Run ``body``; a :class:`CommandFailed` is printed like main's errors and gives its own exit code."""
+def report_error(command: str, exc: BaseException, exit_code: int, *, output: str | None = None) -> None:
+    """A failed command's error: one line on stderr, and with ``-o json`` also one JSON object on stdout
+    (``{"error": {"command", "exit_code", "reason", "field", "message"}}``), so a script parses every
+    outcome from stdout alone."""
+    print(f"gridstat {command}: error: {exc}", file=sys.stderr, flush=True)
+    if output == "json":
+        reason = getattr(exc, "reason", None) or type(exc).__name__
+        message = exc.args[0] if exc.args and isinstance(exc.args[0], str) else str(exc)
+        print(json.dumps({"error": {"command": command, "exit_code": exit_code, "reason": reason,
+                                    "field": getattr(exc, "field", None) or None, "message": message}},
+                         separators=(",", ":")), flush=True)
+
+
+def guarded(command: str, body: Callable[[], int], *, output: str | None = None) -> int:
+    """Run ``body``; a :class:`CommandFailed` is reported like main's errors and gives its own exit code."""
     try:
         return body()
     except CommandFailed as exc:
-        print(f"gridstat {command}: error: {exc}", file=sys.stderr)
+        report_error(command, exc, exc.exit_code, output=output)
         return exc.exit_code
 
 

@@ -333,4 +333,5 @@ ACTIONS = {"create": create, "list": list_, "remove": remove, "host": host}
 
 
 def run(args: argparse.Namespace) -> int:
-    return guarded(f"condense {args.action}", functools.partial(ACTIONS[args.action], args))
+    return guarded(f"condense {args.action}", functools.partial(ACTIONS[args.action], args),
+                   output=getattr(args, "output", None))

@@ -97,7 +97,7 @@ def run_action(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    return guarded("flood", functools.partial(run_action, args))
+    return guarded("flood", functools.partial(run_action, args), output=getattr(args, "output", None))
 
 
 __all__ = ["add_arguments", "flooding_data", "run"]

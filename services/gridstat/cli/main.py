@@ -64,8 +64,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(module.run(args))
     except GridStatError as exc:
-        print(f"gridstat {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+        from gridstat.cli.common import EXIT_USAGE, report_error
+
+        report_error(args.command, exc, EXIT_USAGE, output=getattr(args, "output", None))
+        return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
 

@@ -95,4 +95,4 @@ def run_action(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    return guarded("mode", functools.partial(run_action, args))
+    return guarded("mode", functools.partial(run_action, args), output=getattr(args, "output", None))

@@ -62,4 +62,4 @@ def show(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    return guarded("routes", functools.partial(show, args))
+    return guarded("routes", functools.partial(show, args), output=getattr(args, "output", None))

@@ -136,4 +136,5 @@ ACTIONS = {"add": add, "list": list_, "rm": rm}
 
 
 def run(args: argparse.Namespace) -> int:
-    return guarded(f"sub {args.action}", functools.partial(ACTIONS[args.action], args))
+    return guarded(f"sub {args.action}", functools.partial(ACTIONS[args.action], args),
+                   output=getattr(args, "output", None))

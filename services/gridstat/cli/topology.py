@@ -55,4 +55,4 @@ def show(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    return guarded(f"topology {args.action}", functools.partial(show, args))
+    return guarded(f"topology {args.action}", functools.partial(show, args), output=getattr(args, "output", None))

@@ -220,6 +220,14 @@ class Runner:
     def line(self, text: str) -> None:
         print(text, flush=True)
 
+    def json_error(self, exc: BaseException, exit_code: int) -> None:
+        """With ``-o json``, the failure as one JSON object on stdout too (cli.common.report_error's shape)."""
+        if self.args.output == "json":
+            reason = getattr(exc, "reason", None) or type(exc).__name__
+            self.line(json.dumps({"error": {"command": self.command, "exit_code": exit_code, "reason": reason,
+                                            "field": getattr(exc, "field", None) or None,
+                                            "message": describe(exc)}}, separators=(",", ":")))
+
     def emit(self, data: dict[str, Any], text: str) -> None:
         self.line(json.dumps(data, separators=(",", ":")) if self.args.output == "json" else text)
 
@@ -261,14 +269,17 @@ class Runner:
                 kind = classify(exc, retry_unknown_variable=retry_unknown_variable and not args.once)
                 if kind == USAGE:
                     self.warn(f"error: {describe(exc)}")
+                    self.json_error(exc, EXIT_USAGE)
                     raise GiveUp(EXIT_USAGE) from None
                 if kind == REJECTED:
                     offer = getattr(exc, "offer", None)
                     self.warn(f"rejected: {describe(exc)}" + (f" (offer: {offer})" if offer else ""))
+                    self.json_error(exc, EXIT_REJECTED)
                     raise GiveUp(EXIT_REJECTED) from None
                 delay = backoff.next_delay()
                 if args.once or (deadline is not None and time.monotonic() + delay > deadline):
                     self.warn(f"{what} failed (attempt {n}): {describe(exc)}; giving up")
+                    self.json_error(exc, EXIT_UNAVAILABLE)
                     raise GiveUp(EXIT_UNAVAILABLE) from None
                 self.warn(f"{what} failed (attempt {n}): {describe(exc)}; retrying in {delay:.1f} s")
                 if await self.sleep(delay):

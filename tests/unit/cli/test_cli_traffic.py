@@ -289,3 +289,26 @@ async def test_counting_subscriber_sees_every_copy_and_advertises_its_host() -> 
         assert other.stats.delivered == 0 and type(other).__name__ == "Subscription"  # not counted: not asked for
     finally:
         await sub.stop()
+
+
+def test_with_json_output_every_failure_is_a_json_object_on_stdout(capsys: pytest.CaptureFixture[str]) -> None:
+    """``-o json``: exit codes 2 and 4 print one JSON error object on stdout too, not only a stderr line."""
+    import json
+
+    assert cli_main.main(["sub", "add", "x", "--subscriber", "ems", "--edge", "e2", "--interval-ms", "20",
+                          "--latency-ms", "5", "-o", "json"]) == 2
+    out, err = capsys.readouterr()
+    doc = json.loads(out)["error"]
+    assert doc["exit_code"] == 2 and doc["reason"] == "InvalidArgument" and doc["field"] == "variable", doc
+    assert "gridstat sub: error" in err
+    assert cli_main.main(["sub", "list", "--broker", "127.0.0.1:1", "--timeout", "1", "-o", "json"]) == 4
+    doc = json.loads(capsys.readouterr().out)["error"]
+    assert doc["exit_code"] == 4 and doc["command"] == "sub list" and "127.0.0.1:1" in doc["message"], doc
+    # the long-running clients too, when they give up
+    assert cli_main.main(["publish", "--name", "p", "--edge", "127.0.0.1:1", "--variable", "f", "--once",
+                          "--timeout", "1", "-o", "json"]) == 4
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    assert [d["error"]["exit_code"] for d in lines if "error" in d] == [4], lines
+    # without -o json stdout stays empty
+    assert cli_main.main(["sub", "list", "--broker", "127.0.0.1:1", "--timeout", "1"]) == 4
+    assert capsys.readouterr().out == ""

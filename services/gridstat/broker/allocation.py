@@ -243,7 +243,9 @@ def plan_subscription(
         raise LatencyUnattainable(
             f"the best {k} path(s) {_end(request.sources)} -> {_end(request.sinks)} found take "
             f"{best:.6g} ms > bound {bound:.6g} ms",
-            offer=Offer(best_latency_ms=best, max_redundancy=within), field="latency_bound_ms")
+            # max_redundancy: how many paths meet the bound, when some do; nothing to say when none does
+            # (the paths exist: the latency is what cannot be had)
+            offer=Offer(best_latency_ms=best, max_redundancy=within or None), field="latency_bound_ms")
     routes, deltas = _routes_and_deltas(topology, reservations, request, fast, interval)
     blocked = reservations.shortfall(deltas)
     if blocked is None:

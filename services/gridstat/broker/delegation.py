@@ -28,6 +28,7 @@ from gridstat.broker import parent as plan
 from gridstat.broker.rejections import AdmissionRejected, Offer
 from gridstat.broker.state import ModeQoS
 from gridstat.core import rpc
+from gridstat.core.filtering import granted_interval_ms
 from gridstat.core.tls import ClientChannel, TlsFiles
 from gridstat.errors import ChannelUnavailable, GridStatError, NotFound, Unauthorized
 from gridstat.v1 import broker_pb2 as pb
@@ -144,7 +145,8 @@ class InterSub:
             mine = [h for h in self.held if h.mode == q["mode"]]
             routers = [r for h in mine for r in h.routers]
             latency = sum(h.latency_ms for h in mine)
-            allocations.append(pb.Allocation(mode=q["mode"], paths=[pb.Path(routers=routers, latency_ms=latency)]))
+            allocations.append(pb.Allocation(mode=q["mode"], paths=[pb.Path(routers=routers, latency_ms=latency)],
+                                             interval_ms=granted_interval_ms(q["interval_ms"], self.pub_interval_ms)))
         return pb.SubscribeReply(admitted=True, subscription=sub, variable_id=self.variable_id,
                                  pub_interval_ms=self.pub_interval_ms, allocations=allocations)
 

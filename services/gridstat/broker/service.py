@@ -23,6 +23,7 @@ from gridstat.broker.segments import SegmentKind, segment_id
 from gridstat.broker.state import ForeignChannel, ModeQoS, RouterEndpoint, SubscriptionRecord
 from gridstat.broker.topology import RouterRole
 from gridstat.core import rpc, wire
+from gridstat.core.filtering import granted_interval_ms
 from gridstat.core.protoconv import priority_of, type_from_pb, type_to_pb
 from gridstat.errors import (
     ChannelUnavailable,
@@ -69,8 +70,10 @@ def record_to_reply(broker: LeafBroker, r: SubscriptionRecord) -> pb.SubscribeRe
                           qos=[pb.ModeQoS(mode=q.mode, interval_ms=q.interval_ms, latency_ms=int(q.latency_ms),
                                           redundancy=q.redundancy, priority=q.priority, price=q.price,
                                           best_effort=q.best_effort or r.best_effort) for q in r.qos])
+    granted = {q.mode: granted_interval_ms(q.interval_ms, r.pub_interval_ms) for q in r.qos}
     allocations = [pb.Allocation(mode=mode, paths=[pb.Path(routers=list(p.routers), latency_ms=p.latency_ms,
-                                                           redundant_index=i) for i, p in enumerate(paths)])
+                                                           redundant_index=i) for i, p in enumerate(paths)],
+                                 interval_ms=granted.get(mode, 0))
                    for mode, paths in r.paths]
     return pb.SubscribeReply(admitted=True, subscription=sub, variable_id=r.variable_id,
                              pub_interval_ms=r.pub_interval_ms, allocations=allocations)

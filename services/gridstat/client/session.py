@@ -165,6 +165,9 @@ class SubscribeResult:
     cloud: str = ""
     #: The admission controller's decision, when the broker consults one.
     admission: AdmissionNote | None = None
+    #: The interval granted per mode (the asked one rounded down to a multiple of the publication
+    #: interval, and at least that: dissertation 4.2), as the broker states it.
+    granted_interval_ms: dict[int, int] = field(default_factory=dict)
 
 
 # -- conversions ------------------------------------------------------------------------------------
@@ -230,7 +233,8 @@ def result_from_pb(reply: bpb.SubscribeReply) -> SubscribeResult:
                           q.price if q.HasField("price") else 1.0, q.best_effort) for q in sub.qos),
         paths={a.mode: tuple(PathInfo(tuple(p.routers), p.latency_ms, p.redundant_index) for p in a.paths)
                for a in reply.allocations},
-        edge_router=sub.edge_router, cloud=sub.cloud, admission=admission_from_pb(reply))
+        edge_router=sub.edge_router, cloud=sub.cloud, admission=admission_from_pb(reply),
+        granted_interval_ms={a.mode: a.interval_ms for a in reply.allocations if a.interval_ms})
 
 
 def flooded_variables(reply: bpb.BrokerFloodingReply) -> list[StatusVariable]:

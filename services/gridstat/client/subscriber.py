@@ -185,6 +185,10 @@ class Subscriber:
         result = await self.session.subscribe(self.name, variable_full_name, type,
                                               [ModeQoS(m, i, latency_ms, redundancy, priority, price, best_effort)
                                                for m, i in wanted.items()])
+        # The broker states the interval it granted per mode (dissertation 4.2's rounding): use that.
+        granted = {m: result.granted_interval_ms.get(m, i) for m, i in wanted.items()}
+        interval_ms = granted.get(self.current_mode, next(iter(granted.values()))) if modes else \
+            granted.get(mode, interval_ms)
         try:
             if result.pub_interval_ms:
                 var = StatusVariable(publisher, name, type, result.pub_interval_ms, priority,
@@ -201,7 +205,7 @@ class Subscriber:
         self._remote_ids[var.variable_id] = result.subscription_id
         sub.admission = result.admission
         if modes:
-            sub.mode_intervals = wanted
+            sub.mode_intervals = granted
             sub.in_mode = self.current_mode in wanted
         return sub
 

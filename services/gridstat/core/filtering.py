@@ -40,6 +40,12 @@ def round_down_interval(sub_interval_ms: int, pub_interval_ms: int) -> int:
     return max(pub_interval_ms, (sub_interval_ms // pub_interval_ms) * pub_interval_ms)
 
 
+def granted_interval_ms(asked_ms: int, pub_interval_ms: int) -> int:
+    """The interval a subscription gets: rounded down to a multiple of the publication interval and at
+    least that (4.2, :func:`round_down_interval`); an alert's (no publication interval) as asked."""
+    return round_down_interval(asked_ms, pub_interval_ms) if pub_interval_ms > 0 and asked_ms > 0 else asked_ms
+
+
 def should_forward(ts_ms: int, pub_interval_ms: int, sub_interval_ms: int) -> bool:
     """Function 4.1 for one (already rounded) subscription interval."""
     return (ts_ms + half_interval(pub_interval_ms)) % sub_interval_ms < pub_interval_ms

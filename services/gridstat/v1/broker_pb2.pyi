@@ -353,7 +353,12 @@ class Allocation(_message.Message):
 
     MODE_FIELD_NUMBER: _builtins.int
     PATHS_FIELD_NUMBER: _builtins.int
+    INTERVAL_MS_FIELD_NUMBER: _builtins.int
     mode: _builtins.int
+    interval_ms: _builtins.int
+    """the interval granted in this mode, which the rate filters use: the asked one rounded down to a
+    multiple of the publication interval, and at least that (dissertation 4.2); 0 = not stated
+    """
     @_builtins.property
     def paths(self) -> _containers.RepeatedCompositeFieldContainer[Global___Path]: ...
     def __init__(
@@ -361,10 +366,11 @@ class Allocation(_message.Message):
         *,
         mode: _builtins.int = ...,
         paths: _abc.Iterable[Global___Path] | None = ...,
+        interval_ms: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["mode", b"mode", "paths", b"paths"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["interval_ms", b"interval_ms", "mode", b"mode", "paths", b"paths"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -38,7 +38,7 @@ import grpc
 
 from gridstat.bench import peers
 from gridstat.bench.jitter import Gaps, probe_gaps
-from gridstat.core.children import parse_ready, ready_port
+from gridstat.core.children import ChildFailed, ready_port, wait_ready
 from gridstat.v1 import router_pb2 as pb
 from gridstat.v1 import router_pb2_grpc as pb_grpc
 
@@ -261,20 +261,11 @@ def start_routers(n: int, variant: str, timeout_s: float = 30.0,
             out.append(RouterProc(f"r{k}", k, proc))
         deadline = time.monotonic() + timeout_s
         for r in out:
-            assert r.proc.stdout is not None
-            line = b""
-            while time.monotonic() < deadline:
-                ready, _, _ = select.select([r.proc.stdout], [], [], 0.2)
-                if ready:
-                    line = r.proc.stdout.readline()
-                    if parse_ready(line.decode()) is not None or not line:
-                        break
-                if r.proc.poll() is not None:
-                    break
-            fields = parse_ready(line.decode())
-            if fields is None:
+            try:
+                fields = wait_ready(r.proc, what=f"router {r.name}", timeout_s=max(0.0, deadline - time.monotonic()))
+            except ChildFailed as exc:
                 err = r.proc.stderr.read().decode()[-2000:] if r.proc.stderr and r.proc.poll() is not None else ""
-                raise RuntimeError(f"router {r.name} did not start (exit {r.proc.poll()}): {line!r} {err}")
+                raise RuntimeError(f"{exc} {err}") from None
             r.port, r.control_port = ready_port(fields), ready_port(fields, "control_port")
             r.channel = grpc.insecure_channel(f"127.0.0.1:{r.control_port}")
             r.stub = pb_grpc.RouterControlStub(r.channel)  # type: ignore[no-untyped-call]

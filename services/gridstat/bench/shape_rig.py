@@ -37,7 +37,7 @@ from gridstat.bench.shape_plans import (
     SUB_ID_BASE,
     RouteSpec,
 )
-from gridstat.core.children import parse_ready, ready_port
+from gridstat.core.children import ChildFailed, ready_port, wait_ready
 from gridstat.v1 import condensation_pb2 as cpb
 from gridstat.v1 import router_pb2 as pb
 from gridstat.v1 import router_pb2_grpc as pb_grpc
@@ -86,25 +86,13 @@ def _start_routers(names: dict[str, int], errs: dict[str, IO[bytes]], timeout_s:
                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
             out.append(RouterProc(name, rid, proc))
         deadline = time.monotonic() + timeout_s
-        import select
-
         for r in out:
-            assert r.proc.stdout is not None
-            line = b""
-            while time.monotonic() < deadline:
-                ready, _, _ = select.select([r.proc.stdout], [], [], 0.2)
-                if ready:
-                    line = r.proc.stdout.readline()
-                    if parse_ready(line.decode()) is not None or not line:
-                        break
-                if r.proc.poll() is not None:
-                    break
-            fields = parse_ready(line.decode())
-            if fields is None:
+            try:
+                fields = wait_ready(r.proc, what=f"router {r.name}", timeout_s=max(0.0, deadline - time.monotonic()))
+            except ChildFailed as exc:
                 e = errs[r.name]
                 e.seek(0)
-                raise RuntimeError(f"router {r.name} did not start (exit {r.proc.poll()}): {line!r} "
-                                   f"{e.read().decode(errors='replace')[-2000:]}")
+                raise RuntimeError(f"{exc} {e.read().decode(errors='replace')[-2000:]}") from None
             r.port, r.control_port = ready_port(fields), ready_port(fields, "control_port")
             r.channel = grpc.insecure_channel(f"127.0.0.1:{r.control_port}")
             r.stub = pb_grpc.RouterControlStub(r.channel)  # type: ignore[no-untyped-call]

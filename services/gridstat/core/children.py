@@ -56,22 +56,31 @@ def ready_port(fields: Mapping[str, str], key: str = "port") -> int:
 def spawn(cmd: Sequence[str], *, what: str, timeout_s: float = READY_TIMEOUT_S,
           env: Mapping[str, str] | None = None, stderr: int | IO[Any] | None = subprocess.DEVNULL,
           stdin: int | IO[Any] | None = subprocess.DEVNULL) -> tuple[subprocess.Popen[str], dict[str, str]]:
-    """Start ``cmd`` and wait up to ``timeout_s`` for its READY line; the process and the line's fields.
-
-    Lines before READY are skipped (and kept for the error); the child's stdout stays open for the
-    caller, positioned after the READY line (it is read a byte at a time up to there, so nothing
-    after it is consumed). On failure the child is killed and reaped and :class:`ChildFailed` names
-    ``what``.
-    """
+    """Start ``cmd`` and wait up to ``timeout_s`` for its READY line (:func:`wait_ready`); the process
+    and the line's fields. On failure the child is killed and reaped and :class:`ChildFailed` names ``what``."""
     proc = subprocess.Popen(list(cmd), stdin=stdin, stdout=subprocess.PIPE, stderr=stderr, text=True,
                             env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
+    try:
+        return proc, wait_ready(proc, what=what, timeout_s=timeout_s)
+    except ChildFailed:
+        stop(proc, signal.SIGKILL)
+        raise
+
+
+def wait_ready(proc: subprocess.Popen[Any], *, what: str, timeout_s: float = READY_TIMEOUT_S) -> dict[str, str]:
+    """The fields of the READY line a started child prints on its stdout pipe within ``timeout_s``
+    (children started together are waited for one after the other, each with what is left).
+
+    Lines before READY are skipped (and kept for the error). The pipe is read a byte at a time up to
+    the READY line: a buffered readline could take the READY line into its buffer with an earlier
+    one and select would then wait on an empty pipe; nothing after it is consumed. A child that
+    exits or stays silent is left as it is and :class:`ChildFailed` names ``what`` and its last output.
+    """
     assert proc.stdout is not None
     fd = proc.stdout.fileno()
     deadline = time.monotonic() + timeout_s
     seen: list[str] = []
     pending = b""
-    # Read the pipe's bytes ourselves up to the READY line: a buffered readline could take the READY
-    # line into its buffer with an earlier one, and select would then wait on an empty pipe.
     while time.monotonic() < deadline:
         if select.select([fd], [], [], 0.2)[0]:
             chunk = os.read(fd, 1)
@@ -83,13 +92,12 @@ def spawn(cmd: Sequence[str], *, what: str, timeout_s: float = READY_TIMEOUT_S,
             line, pending = pending.decode(errors="replace"), b""
             fields = parse_ready(line)
             if fields is not None:
-                return proc, fields
+                return fields
             seen = [*seen[-4:], line.rstrip()]
         elif proc.poll() is not None:
             break
-    stop(proc, signal.SIGKILL)
     said = f"; its last output: {' | '.join(seen)}" if seen else ""
-    raise ChildFailed(f"{what} did not start (exit code {proc.returncode}, no READY line within "
+    raise ChildFailed(f"{what} did not start (exit code {proc.poll()}, no READY line within "
                       f"{timeout_s:g} s){said}", field="process")
 
 

@@ -97,6 +97,8 @@ def wait_ready(proc: subprocess.Popen[Any], *, what: str, timeout_s: float = REA
         elif proc.poll() is not None:
             break
     said = f"; its last output: {' | '.join(seen)}" if seen else ""
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=0.5)  # stdout closes a moment before the exit code can be had
     raise ChildFailed(f"{what} did not start (exit code {proc.poll()}, no READY line within "
                       f"{timeout_s:g} s){said}", field="process")
 

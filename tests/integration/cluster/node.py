@@ -174,6 +174,10 @@ def start_node(env: dict[str, str]) -> Iterator[Node]:
     if subprocess.run([str(SCRIPTS / "cluster.sh"), "status"], env=env).returncode == 0:
         yield Node(env, CLUSTER_DIR / "kubeconfig")
         return
+    if CLUSTER_DIR.exists():
+        # What a node that died or was killed left (a directory, mounts, the bridge, rules): `down`
+        # clears it first, so "nothing left behind" compares with the host as it was before any node.
+        subprocess.run([str(SCRIPTS / "cluster.sh"), "down"], env=env, timeout=600, capture_output=True)
     before = host_state()
     started = time.monotonic()
     proc = subprocess.run([str(SCRIPTS / "cluster.sh"), "up"], capture_output=True, text=True, timeout=1800,

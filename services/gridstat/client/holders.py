@@ -14,7 +14,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from gridstat.core import filtering
-from gridstat.core.wire import DerivedValue
+from gridstat.core.wire import SKIP_BITS, DerivedValue
 
 #: Latency samples kept per subscription: enough for a p99.9 without unbounded memory.
 LATENCY_RING = 4096
@@ -108,8 +108,17 @@ class SubscriptionStats:
     stale: int = 0
     #: Events the subscription's own rate filter rejected (a channel shared with a shorter interval).
     filtered: int = 0
-    #: Expected timestamps that never arrived, computed from the delivered timestamps.
+    #: Expected timestamps that never arrived, computed from the delivered timestamps: ``lost``
+    #: (published, lost on the way) plus ``unpublished`` (the publisher skipped the instant, as its
+    #: next event's SKIPPED note says: docs/wire-format.md 3.4).
     gaps: int = 0
+    lost: int = 0
+    unpublished: int = 0
+    #: Events that arrived after a newer one (a slower redundant path): their instant, counted as a
+    #: gap when the newer one came, is taken out of ``gaps`` and ``lost`` again.
+    out_of_order: int = 0
+    #: The publisher's skipped instants in all, as its newest SKIPPED note said.
+    publisher_skipped: int = 0
     violations: int = 0
     callback_errors: int = 0
     #: Missed instants filled with an extrapolated value (2.2.2) instead of a violation.
@@ -164,6 +173,27 @@ def next_expected_ts(last_ts_ms: int, pub_interval_ms: int, sub_interval_ms: int
     """
     half = filtering.half_interval(pub_interval_ms)
     return ((last_ts_ms + half) // sub_interval_ms + 1) * sub_interval_ms
+
+
+def unpublished_among(missing: int, sub_interval_ms: int, pub_interval_ms: int, note: DerivedValue | None) -> int:
+    """Of the ``missing`` expected instants right before an event (the newest 1, 2, ... subscription
+    intervals back), how many its publisher never published, by the event's SKIPPED note
+    (docs/wire-format.md 3.4: the run skipped right before it, then a bitmap of the 32 instants
+    before the one published ahead of the run). Instants the note does not cover count as published."""
+    if note is None or missing <= 0:
+        return 0
+    ratio = max(1, sub_interval_ms // pub_interval_ms)
+    run = note.window
+    count = min(missing, run // ratio)  # instants k <= run publication intervals back: the run
+    j = count + 1
+    while j <= missing:
+        i = j * ratio - run - 2  # k = run + 1 is the instant published before the run
+        if i >= SKIP_BITS:
+            break
+        if i >= 0 and note.bits >> i & 1:
+            count += 1
+        j += 1
+    return count
 
 
 def missing_between(last_ts_ms: int, ts_ms: int, sub_interval_ms: int) -> int:

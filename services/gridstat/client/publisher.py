@@ -47,6 +47,9 @@ class PublisherStats:
     alerts_rejected: int = 0
     #: Datagrams a multi-homed publisher could not send to one of its edge routers (others took them).
     edge_send_errors: int = 0
+    #: Instants of periodic variables that were never published (a late wake-up, or a caller that
+    #: skipped them); the next event of the variable says so (docs/wire-format.md 3.4).
+    skipped: int = 0
 
 
 @dataclass
@@ -65,6 +68,11 @@ class PublicationHandle:
         self.publisher = publisher
         self.variable = var
         self._last_alert_ms: int | None = None
+        #: Skipped instants (docs/wire-format.md 3.4): the newest published timestamp, the instants
+        #: skipped in all, and which of the SKIP_BITS instants before the newest one were skipped.
+        self._last_ts: int | None = None
+        self.skipped = 0
+        self._skip_bits = 0
 
     def encode(self, value: object, ts_ms: int, options: Sequence[wire.DerivedValue] = ()) -> bytes:
         """Check the type and the alert rate, then encode; raises TypeMismatch or AlertTooEarly."""
@@ -80,7 +88,30 @@ class PublicationHandle:
                                     field="ts_ms")
             self._last_alert_ms = ts_ms
             flags = wire.FLAG_ALERT
+        else:
+            options = self._note_skips(ts_ms, options)
         return wire.encode_event(wire.Event(ts_ms, var.variable_id, data, flags, tuple(options)))
+
+    def _note_skips(self, ts_ms: int, options: Sequence[wire.DerivedValue]) -> Sequence[wire.DerivedValue]:
+        """Count the instants skipped since the newest published one and, while any of the last
+        ``run + SKIP_BITS`` instants was skipped, add the SKIPPED option that tells subscribers which
+        of their missing events were never published (docs/wire-format.md 3.4)."""
+        last = self._last_ts
+        if last is not None and ts_ms <= last:
+            return options  # the same instant again, or an older one: not a skip
+        self._last_ts = ts_ms
+        if last is None:
+            return options
+        run = (ts_ms - last) // self.variable.effective_interval_ms - 1
+        older = self._skip_bits
+        self._skip_bits = 0xFFFF_FFFF if run >= wire.SKIP_BITS else \
+            ((1 << run) - 1 | older << (run + 1)) & 0xFFFF_FFFF
+        if run > 0:
+            self.skipped += run
+            self.publisher.stats.skipped += run
+        elif not older:
+            return options
+        return (*options, wire.DerivedValue(wire.OptionKind.SKIPPED, min(run, 0xFFFF), float(self.skipped), older))
 
     def default_ts(self) -> int:
         """Now, aligned to the publication interval (alerts are aperiodic: not aligned)."""

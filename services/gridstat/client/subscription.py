@@ -26,7 +26,15 @@ from gridstat.core.model import StatusVariable, ValueType
 from gridstat.errors import NotFound, TypeMismatch, ValidationError
 
 from .extrapolation import Extrapolation, ExtrapolationLike, as_extrapolation
-from .holders import DedupWindow, Holder, SubscriptionStats, Violation, missing_between, next_expected_ts
+from .holders import (
+    DedupWindow,
+    Holder,
+    SubscriptionStats,
+    Violation,
+    missing_between,
+    next_expected_ts,
+    unpublished_among,
+)
 
 if TYPE_CHECKING:
     from .snapshot import SnapshotGroup
@@ -35,6 +43,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+#: How many of the newest gap instants a subscription remembers for late copies.
+GAP_PHASES_KEPT = 64
 
 EventCallback = Callable[["Subscription", Holder], None]
 ViolationCallback = Callable[["Subscription", Violation], None]
@@ -101,6 +111,9 @@ class Subscription:
         self.groups: list[SnapshotGroup] = []
         self._subscriber = subscriber
         self._dedup = DedupWindow()
+        #: The newest instants counted as gaps, so a copy that comes after a newer event (a slower
+        #: redundant path) is taken out of the count again.
+        self._gap_phases: dict[int, None] = {}
         # Alerts are aperiodic: no phases, no deadlines, no gaps (2.1.3).
         self._periodic = not variable.alert
         self._half = filtering.half_interval(self.pub_interval_ms)
@@ -146,6 +159,8 @@ class Subscription:
         if verdict:
             if verdict == DedupWindow.DUPLICATE:
                 stats.duplicates += 1
+            elif self._gap_phases and self._phase(ts) in self._gap_phases:
+                self._late_copy(self._phase(ts))
             else:
                 stats.stale += 1
             return False
@@ -164,7 +179,7 @@ class Subscription:
         if self._periodic and last is not None:
             missing = missing_between(last, ts, interval)
             if missing:
-                stats.gaps += missing
+                self._count_gap(missing, ts, event.options)
             expected = self._expected
             if expected is not None and (ts - expected + interval // 2) // interval >= 1:
                 # Fill the skipped instants (2.2.2) before this event; report what cannot be.
@@ -176,7 +191,11 @@ class Subscription:
         if self._periodic:
             nxt = next_expected_ts(ts, self.pub_interval_ms, interval)
             self._expected = nxt if self._expected is None else max(self._expected, nxt)
-        holder = Holder(value, ts, now_ms, latency, event.options, False, sequence_ok, event.is_alert)
+        options = event.options
+        if options and any(o.kind == wire.OptionKind.SKIPPED for o in options):
+            stats.publisher_skipped = max(int(o.value) for o in options if o.kind == wire.OptionKind.SKIPPED)
+            options = tuple(o for o in options if o.kind != wire.OptionKind.SKIPPED)
+        holder = Holder(value, ts, now_ms, latency, options, False, sequence_ok, event.is_alert)
         # A late real event for a filled instant older than the holder's does not move it back.
         if self.holder is None or not filled or phase >= self._phase(self.holder.timestamp_ms):
             self.holder = holder
@@ -200,6 +219,34 @@ class Subscription:
         for group in self.groups:
             group.offer(self, holder)
         return True
+
+    def _count_gap(self, missing: int, ts: int, options: tuple[wire.DerivedValue, ...]) -> None:
+        """``missing`` expected instants before the event at ``ts`` never came: lost in the network or
+        never published, as the event's SKIPPED note tells (docs/wire-format.md 3.4)."""
+        stats = self.stats
+        note = next((o for o in options if o.kind == wire.OptionKind.SKIPPED), None) if options else None
+        unpublished = unpublished_among(missing, self.interval_ms, self.pub_interval_ms, note)
+        stats.gaps += missing
+        stats.unpublished += unpublished
+        stats.lost += missing - unpublished
+        phases = self._gap_phases
+        phase = self._phase(ts)
+        for j in range(min(missing, GAP_PHASES_KEPT), 0, -1):
+            phases[phase - j * self.interval_ms] = None
+        while len(phases) > GAP_PHASES_KEPT:
+            del phases[next(iter(phases))]
+
+    def _late_copy(self, phase: int) -> None:
+        """An instant counted as a gap arrived after all, behind a newer event: it was published and
+        not lost, so it leaves the gap count (it is not delivered: the holder only moves forward)."""
+        del self._gap_phases[phase]
+        stats = self.stats
+        stats.out_of_order += 1
+        stats.gaps -= 1
+        if stats.lost:
+            stats.lost -= 1
+        else:
+            stats.unpublished -= 1
 
     def check(self, now_ms: int) -> Violation | None:
         """The monitor's deadline test: the next expected event is late if nothing newer came by

@@ -164,6 +164,14 @@ class OptionKind(enum.IntEnum):
     MINIMUM = 2
     MAXIMUM = 3
     RATE_OF_CHANGE = 4
+    #: Not a derived value: the publisher's note of the instants it skipped before this event
+    #: (docs/wire-format.md 3.4): ``window`` the run of instants skipped right before it, ``bits``
+    #: the 32 instants before that run, ``value`` the publisher's skipped instants in all.
+    SKIPPED = 5
+
+
+#: Instants before a skip run that a SKIPPED option describes (its u32 ``bits``).
+SKIP_BITS = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +179,8 @@ class DerivedValue:
     kind: int
     window: int
     value: float
+    #: The option's u32 (reserved for derived values; a bitmap for SKIPPED).
+    bits: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,9 +311,9 @@ def encode_event(event: Event) -> bytes:
         raise ValidationError(f"timestamp_ms must be 0..2**64-1 and variable_id 0..2**32-1: {exc}",
                               field="event") from exc
     try:
-        parts.extend(OPTION.pack(o.kind, o.window, 0, o.value) for o in event.options)
+        parts.extend(OPTION.pack(o.kind, o.window, o.bits, o.value) for o in event.options)
     except struct.error as exc:
-        raise ValidationError(f"option kind and window must be 0..65535, value a float: {exc}",
+        raise ValidationError(f"option kind and window must be 0..65535, bits 0..2**32-1, value a float: {exc}",
                               field="options") from exc
     return b"".join(parts)
 
@@ -558,8 +568,8 @@ def decode_datagram(data: bytes | bytearray | memoryview, nbytes: int | None = N
             raise DecodeError(DropReason.TRUNCATED, f"event at offset {off} claims {end - off} bytes")
         value = bytes(data[vstart:vstart + vlen])
         options = tuple(
-            DerivedValue(k, w, v)
-            for k, w, _r, v in (OPTION.unpack_from(data, vstart + vlen + i * OPTION_SIZE) for i in range(nopt))
+            DerivedValue(k, w, v, r)
+            for k, w, r, v in (OPTION.unpack_from(data, vstart + vlen + i * OPTION_SIZE) for i in range(nopt))
         )
         events.append(Event(ts, var_id, value, flags, options))
         off = end

@@ -499,7 +499,8 @@ class Runner:
             subs.append(SubRow(
                 s.name, s.variable, s.edge, ep.status, self._paths(s.name), s.interval_ms, ep.effective_interval_ms,
                 ep.expected_rate, rate, st.delivered, st.latency.percentile(50), st.latency.percentile(99),
-                s.latency_ms, st.gaps, st.duplicates, ep.drops(), st.violations, held_by))
+                s.latency_ms, st.gaps, st.duplicates, ep.drops(), st.violations, held_by,
+                lost=st.lost, unpublished=st.unpublished))
         rows = []
         for rp in self.routers.values():
             rs = rp.last_stats

@@ -36,6 +36,8 @@ class SubRow:
     held_by: str = "-"          # the broker(s) that report it (ListSubscriptions)
     reason: str = ""            # a refusal's machine-readable reason
     offer: str = "-"            # and what the broker could grant instead
+    lost: int = 0               # gaps lost on the way, and gaps the publisher never published
+    unpublished: int = 0        # (docs/wire-format.md 3.4)
 
 
 @dataclass(frozen=True)
@@ -97,7 +99,8 @@ def plain_lines(s: Snapshot, *, title: str = "STATUS") -> list[str]:
                 f"interval_ms={r.interval_ms} effective_ms={r.effective_interval_ms} "
                 f"expected_per_s={r.expected_rate:.2f} rate_per_s={_fmt(r.rate, '.2f')} delivered={r.delivered} "
                 f"p50_ms={_fmt(r.p50_ms, '.0f')} p99_ms={_fmt(r.p99_ms, '.0f')} bound_ms={r.bound_ms} "
-                f"gaps={r.gaps} duplicates={r.duplicates} drops={r.drops} violations={r.violations} "
+                f"gaps={r.gaps} lost={r.lost} unpublished={r.unpublished} duplicates={r.duplicates} "
+                f"drops={r.drops} violations={r.violations} "
                 f"held_by={r.held_by} route={'|'.join(r.paths) or '-'}")
         if r.status != "admitted":
             line += f" reason={r.reason or '-'} offer={r.offer}"
@@ -122,7 +125,7 @@ def rich_view(s: Snapshot) -> Group:
                  title_justify="left", expand=False)
     for col, justify in (("subscription", "left"), ("variable", "left"), ("edge", "left"),
                          ("interval ms", "right"), ("rate /s", "right"), ("expected", "right"),
-                         ("p50 ms", "right"), ("p99 ms", "right"), ("bound", "right"), ("gaps", "right"),
+                         ("p50 ms", "right"), ("p99 ms", "right"), ("bound", "right"), ("lost/unpub", "right"),
                          ("dup", "right"), ("drops", "right"), ("viol", "right"), ("broker's paths", "left")):
         subs.add_column(col, justify=justify)  # type: ignore[arg-type]
     for r in s.subscriptions:
@@ -138,7 +141,7 @@ def rich_view(s: Snapshot) -> Group:
         subs.add_row(r.name, r.variable, r.edge, interval,
                      Text(_fmt(r.rate), style=rate_style), f"{r.expected_rate:.1f}",
                      _fmt(r.p50_ms, ".0f"), Text(_fmt(r.p99_ms, ".0f"), style="red" if late else ""),
-                     str(r.bound_ms), Text(str(r.gaps), style="yellow" if r.gaps else ""),
+                     str(r.bound_ms), Text(f"{r.lost}/{r.unpublished}", style="yellow" if r.gaps else ""),
                      str(r.duplicates), Text(str(r.drops), style="red" if r.drops else ""),
                      Text(str(r.violations), style="red" if r.violations else ""),
                      "\n".join(p.replace(">", " > ") for p in r.paths) or "-")

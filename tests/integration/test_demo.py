@@ -81,7 +81,8 @@ def test_up_runs_the_default_utility_on_the_brokers_and_stops_cleanly() -> None:
     assert set(broker_rows) == set(brokers)
     held = {name for b in broker_rows.values() for name in b["held"].split(",") if name != "-"}
     for b in broker_rows.values():
-        assert b["state"] == "up" and b["routers_down"] == "0", b
+        # The final summary is printed after the teardown: each role's state is how it ended.
+        assert (b["state"], b["exit"], b["routers_down"]) == ("stopped", "0", "0"), b
     for spec in topology.subscriptions:
         row = subs[spec.name]
         if row["status"] != "admitted":
@@ -141,7 +142,56 @@ def test_up_stops_on_sigterm_and_sigint() -> None:
         assert proc.returncode == 0, f"{sig.name}: exit {proc.returncode}\n{err}"
         assert f"FINAL (stopped by {sig.name})" in out
         assert "variant=sparse" in out
+        ended = [r for r in final_block(out) if r["_kind"] in ("router", "broker")]
+        assert len(ended) == len(printed)
+        assert all((r["state"], r["exit"]) == ("stopped", "0") for r in ended), ended
         assert_reaped(printed)
+
+
+def summaries(text: str) -> list[dict[str, dict[str, str]]]:
+    """Each plain summary (STATUS or FINAL) as {name: fields} of its ``sub``, ``router`` and ``broker`` lines."""
+    out: list[dict[str, dict[str, str]]] = []
+    for line in text.splitlines():
+        if line.startswith(("STATUS ", "FINAL (")):
+            out.append({})
+        elif out and line.startswith("  ") and line.split()[0] in ("sub", "router", "broker"):
+            fields = dict(KV_RE.findall(line))
+            out[-1][f"{line.split()[0]}:{fields.get('name')}"] = fields
+    return out
+
+
+def test_up_restarts_a_crashed_router_and_broker_and_traffic_goes_on() -> None:
+    """Killed with SIGKILL, a router and a leaf broker are restarted by gridstat up's supervisor on their
+    ports and state; the subscriptions keep delivering afterwards (docs/topology.md, "Restarts")."""
+    proc = subprocess.Popen([sys.executable, "-m", "gridstat.cli.main", "up", "--plain", "--summary-every", "1",
+                             "--duration", "30"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    lines: list[str] = []
+    for line in proc.stdout:
+        lines.append(line)
+        if "publishers sending" in line:
+            break
+    start = "".join(lines)
+    routers = dict(ROUTER_RE.findall(start))
+    brokers = {name: int(pid) for name, _role, pid in BROKER_RE.findall(start)}
+    time.sleep(2)
+    os.kill(int(routers["a-int1"]), signal.SIGKILL)
+    os.kill(brokers["B"], signal.SIGKILL)
+    out, err = proc.communicate(timeout=90)
+    out = start + out
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{out}\n{err}"
+    assert re.search(r"supervisor: router a-int1 \(pid \d+\) killed by SIGKILL; restarting in", out), out
+    assert re.search(r"supervisor: broker B \(pid \d+\) killed by SIGKILL; restarting in", out), out
+    assert "supervisor: router a-int1 restarted" in out and "supervisor: broker B restarted" in out, out
+    final = summaries(out)[-1]
+    assert (final["router:a-int1"]["state"], final["router:a-int1"]["restarts"]) == ("stopped", "1")
+    assert (final["broker:B"]["restarts"], final["broker:B"]["routers_down"]) == ("1", "0"), final["broker:B"]
+    # After both came back (the last 5 s of summaries), every admitted subscription still delivers.
+    tail = summaries(out)[-6:]
+    for key, row in final.items():
+        if key.startswith("sub:") and row["status"] == "admitted":
+            assert int(row["delivered"]) > int(tail[0][key]["delivered"]), (key, tail[0][key], row)
+    assert_reaped([int(p) for p in routers.values()] + list(brokers.values()))
 
 
 def test_bad_topology_exits_2_naming_file_line_and_field(tmp_path: Path) -> None:

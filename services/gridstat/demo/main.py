@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import shutil
 import signal
 import sys
@@ -60,6 +61,7 @@ from gridstat.demo import localtls
 from gridstat.demo.endpoints import PublisherEndpoint, SubscriptionEndpoint, format_offer
 from gridstat.demo.localtls import leaf_broker_identity
 from gridstat.demo.processes import BrokerProcess, RouterProcess, StartupError, parent_role_available
+from gridstat.demo.supervision import Supervisor
 from gridstat.demo.telemetry import DemoTelemetry, archive_names
 from gridstat.demo.topology import Topology, load_topology
 from gridstat.demo.view import BrokerRow, RouterRow, Snapshot, SubRow, plain_lines, rich_view
@@ -196,19 +198,44 @@ class Runner:
         for sig in _STOP_SIGNALS:
             loop.add_signal_handler(sig, self._on_signal, sig)
         code = 0
+        final: Snapshot | None = None
+        supervisor: asyncio.Task[None] | None = None
         try:
             await self._start()
             if not self.stop_event.is_set():
-                await self._watch()
+                # From here a crashed router or broker is restarted (docs/topology.md, "Restarts").
+                supervisor = asyncio.create_task(
+                    Supervisor([*self.brokers, *self.routers.values()], self.stop_event, self.say).run())
+                final = await self._watch()
         except StartupError as exc:
             if not self.stop_event.is_set():  # a child that dies of the same Ctrl-C is not an error
                 print(f"gridstat up: error: {exc}", file=sys.stderr, flush=True)
                 code = 1
         finally:
+            if supervisor is not None:
+                supervisor.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await supervisor
             await self._teardown()
             for sig in _STOP_SIGNALS:
                 loop.remove_signal_handler(sig)
+        if final is not None:
+            # Printed after the teardown, so each role's state is how it really ended.
+            why = f"stopped by {self.signal}" if self.signal else "duration reached"
+            self.say("\n".join(plain_lines(self._as_ended(final), title=f"FINAL ({why})")))
+            if self.insecure:
+                self.say(INSECURE_BANNER)
         return code
+
+    def _as_ended(self, snap: Snapshot) -> Snapshot:
+        """The final snapshot with every router's and broker's state as it ended (``stopped``, exit ``0``,
+        or ``exited`` ``SIGKILL`` ...) instead of the last poll's answer."""
+        routers = tuple(dataclasses.replace(r, state=self.routers[r.name].state(), exit=self.routers[r.name].exit)
+                        for r in snap.routers)
+        ended = {b.name: b for b in self.brokers}
+        brokers = tuple(dataclasses.replace(b, state=ended[b.name].state(), exit=ended[b.name].exit)
+                        for b in snap.brokers)
+        return dataclasses.replace(snap, routers=routers, brokers=brokers)
 
     def _on_signal(self, sig: signal.Signals) -> None:
         self.signal = sig.name
@@ -453,7 +480,8 @@ class Runner:
     def _deadline_reached(self) -> bool:
         return self.duration is not None and time.monotonic() - self.started >= self.duration
 
-    async def _watch(self) -> None:
+    async def _watch(self) -> Snapshot:
+        """The live view or the plain summaries until it is time to stop; the last snapshot."""
         refresh = 0.5
         if self.live:
             with Live(rich_view(await self.snapshot()), console=self.console, refresh_per_second=4,
@@ -469,10 +497,7 @@ class Runner:
                     next_summary += self.summary_every
                     self.say("\n".join(plain_lines(await self.snapshot())))
             final = await self.snapshot()
-        why = f"stopped by {self.signal}" if self.signal else "duration reached"
-        self.say("\n".join(plain_lines(final, title=f"FINAL ({why})")))
-        if self.insecure:
-            self.say(INSECURE_BANNER)
+        return final
 
     async def _sleep(self, seconds: float) -> bool:
         """Sleep; True when it is time to stop (signal or --duration)."""
@@ -507,14 +532,15 @@ class Runner:
             rows.append(RouterRow(
                 rp.name, rp.role, rp.cloud, rp.pid, rp.state(),
                 rs.events_in if rs else 0, rs.events_forwarded if rs else 0, rs.events_filtered if rs else 0,
-                _all_drops(rs), sum(1 for c in rs.channels if c.up) if rs else 0, len(rs.channels) if rs else 0))
+                _all_drops(rs), sum(1 for c in rs.channels if c.up) if rs else 0, len(rs.channels) if rs else 0,
+                rp.exit, rp.restarts))
         brokers = []
         ours = {s.name for s in self.topology.subscriptions}
         for b in self.brokers:
             h = b.health
             brokers.append(BrokerRow(b.name, b.role, b.pid, b.state(), h.subscriptions if h else 0,
                                      h.routers_up if h else 0, h.routers_down if h else 0,
-                                     tuple(sorted(ours & set(b.held))), len(set(b.held) - ours)))
+                                     tuple(sorted(ours & set(b.held))), len(set(b.held) - ours), b.exit, b.restarts))
         return Snapshot(time.monotonic() - self.started, self.variant, self.topology.source, tuple(subs),
                         tuple(rows), tuple(brokers), tuple(self.notes))
 

@@ -5,6 +5,8 @@ its ``READY ...`` line for the ephemeral ports, then talk to it over gRPC (``QoS
 broker, ``RouterControl`` for a router's counters). Its stderr goes to ``<log dir>/<name>.log``.
 ``stop`` sends SIGTERM (each child stops cleanly on it), waits, SIGKILLs what is left and always
 reaps: no orphans, no zombies. ``--exit-with-parent`` covers a ``gridstat up`` killed with SIGKILL.
+A child that exits by itself is started again on the same ports by ``demo.supervision`` (its log is
+appended to), as the kubelet restarts a pod's container.
 
 With ``certs`` (the default of ``gridstat up``; docs/security.md, "Certificates (embedded mode)") every
 child serves mTLS only with the certificate of its identity (``broker-<cloud>``, ``parent``, ``router``; a
@@ -16,6 +18,7 @@ everything is plaintext and unauthenticated.
 
 from __future__ import annotations
 
+import abc
 import argparse
 import asyncio
 import contextlib
@@ -58,9 +61,17 @@ def parent_role_available() -> bool:
     return False
 
 
-class ChildProcess:
+def exit_text(code: int) -> str:
+    """``exit 0``, ``exit 2`` or ``killed by SIGKILL`` (asyncio reports a signal as a negative code)."""
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"killed by {signal.Signals(-code).name}"
+    return f"exit {code}"
+
+
+class ChildProcess(abc.ABC):
     """One child process started from ``command()`` that prints a READY line (``core.children.parse_ready``)
-    with the ports ``ready_ports`` names."""
+    with the ports ``ready_ports`` names. ``start`` again after it exited starts it anew (a restart)."""
 
     ready_ports: tuple[str, ...] = ("port",)
     what = "process"
@@ -76,12 +87,20 @@ class ChildProcess:
         #: The READY line as printed (``metrics_port=`` is on it when the role serves /metrics).
         self.ready_line = ""
         self._log: IO[bytes] | None = None
+        #: Set once we stop it on purpose: its exit is then a stop, not a crash to restart.
+        self.stopping = False
+        #: Restarts by the supervisor, the exit codes that caused them, and when one is due (monotonic s).
+        self.restarts = 0
+        self.crash_codes: list[int] = []
+        self.restart_at: float | None = None
 
-    def command(self) -> list[str]:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abc.abstractmethod
+    def command(self) -> list[str]:
+        """The command line of the child (its ports: 0 the first time, the same ones on a restart)."""
 
-    def connect(self) -> None:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abc.abstractmethod
+    def connect(self) -> None:
+        """Open our gRPC channel to it (once; a restarted child is reached on the same ports)."""
 
     def open_channel(self, address: str) -> grpc.aio.Channel:
         """Our channel to the child: mTLS with the ``admin`` certificate, or plaintext without certs."""
@@ -105,14 +124,26 @@ class ChildProcess:
         return self.proc is not None and self.proc.returncode is None
 
     def state(self) -> str:
+        """``up`` (or the gRPC code of a failed poll), ``restarting`` (crashed, a restart is due),
+        ``exited`` (ended by itself), ``stopped`` (by us), or ``not-started``."""
         if self.proc is None:
-            return "not started"
+            return "not-started"
         if self.proc.returncode is not None:
-            return f"exited {self.proc.returncode}"
+            return "stopped" if self.stopping else "restarting" if self.restart_at is not None else "exited"
         return self.error or "up"
 
+    @property
+    def exit(self) -> str:
+        """How it ended, ``0``, ``2`` or ``SIGKILL`` (``-`` while it runs)."""
+        code = self.proc.returncode if self.proc is not None else None
+        if code is None:
+            return "-"
+        return exit_text(code).removeprefix("exit ").removeprefix("killed by ")
+
     async def start(self) -> dict[str, str]:
-        self._log = self.log_path.open("wb")
+        if self._log is not None:
+            self._log.close()
+        self._log = self.log_path.open("ab" if self.proc is not None else "wb")
         self.proc = await asyncio.create_subprocess_exec(
             *self.command(), stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=self._log)
         assert self.proc.stdout is not None
@@ -131,11 +162,13 @@ class ChildProcess:
     async def stop(self, grace: float = 0.0) -> int | None:
         """Reap the process: wait ``grace`` seconds for it to exit by itself, then SIGTERM, then
         SIGKILL after STOP_TIMEOUT_S. Returns the exit code."""
+        proc = self.proc
+        self.restart_at = None
+        self.stopping = proc is not None and proc.returncode is None
         if self.channel is not None:
             with contextlib.suppress(Exception):
                 await self.channel.close(grace=None)
             self.channel = None
-        proc = self.proc
         if proc is not None:
             if proc.returncode is None and grace > 0:
                 with contextlib.suppress(TimeoutError):
@@ -182,7 +215,7 @@ class BrokerProcess(ChildProcess):
 
     def command(self) -> list[str]:
         cmd = [sys.executable, "-m", "gridstat.cli.main", "broker", "--name", self.name, "--host", "127.0.0.1",
-               "--port", "0", "--state", str(self.state_path), "--exit-with-parent"]
+               "--port", str(self.port), "--state", str(self.state_path), "--exit-with-parent"]
         ca = str(self.certs.ca) if self.certs is not None else ""
         if self.role == "parent":
             cmd += ["--role", "parent"]
@@ -268,7 +301,7 @@ class RouterProcess(ChildProcess):
 
     def command(self) -> list[str]:
         cmd = [sys.executable, "-m", "gridstat.cli.main", "router", "--name", self.name,
-               "--id", str(self.router_id), "--port", "0", "--control-port", "0",
+               "--id", str(self.router_id), "--port", str(self.port), "--control-port", str(self.control_port),
                "--role", self.role, "--variant", self.variant, "--exit-with-parent"]
         cmd += self.tls_flags("router")
         if self.certs is not None:  # only its own cloud's leaf broker may change it

@@ -46,13 +46,15 @@ class RouterRow:
     role: str
     cloud: str
     pid: int | None
-    state: str            # "up", "exited N", or a gRPC error code
+    state: str            # up, restarting, exited, stopped, or a gRPC error code
     events_in: int
     forwarded: int
     filtered: int
     drops: dict[str, int]
     channels_up: int
     channels: int
+    exit: str = "-"       # how it ended (0, SIGKILL) once it did
+    restarts: int = 0     # by gridstat up's supervisor
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,8 @@ class BrokerRow:
     routers_down: int
     held: tuple[str, ...]  # the runner's subscriptions among the admitted ones it reports (ListSubscriptions)
     segments: int = 0      # the others: inter-cloud segments it holds for the parent
+    exit: str = "-"
+    restarts: int = 0
 
 
 @dataclass(frozen=True)
@@ -90,6 +94,14 @@ def _drops(d: dict[str, int]) -> str:
     return f"{total} (" + ", ".join(f"{k} {v}" for k, v in sorted(d.items()) if v) + ")"
 
 
+def _state_text(state: str, exit: str, restarts: int) -> Text:
+    """``up``, ``up, restarted 2x``, ``restarting (SIGKILL)``, ``stopped (0)``: green while it serves."""
+    text = state if exit == "-" else f"{state} ({exit})"
+    if restarts:
+        text += f", restarted {restarts}x"
+    return Text(text, style="green" if state == "up" else "yellow" if state in ("restarting", "stopped") else "red")
+
+
 def plain_lines(s: Snapshot, *, title: str = "STATUS") -> list[str]:
     admitted = sum(1 for r in s.subscriptions if r.status == "admitted")
     lines = [f"{title} t={s.elapsed_s:.1f}s topology={s.source} variant={s.variant} brokers={len(s.brokers)} "
@@ -109,11 +121,13 @@ def plain_lines(s: Snapshot, *, title: str = "STATUS") -> list[str]:
         drops = ",".join(f"{k}:{v}" for k, v in sorted(rt.drops.items()) if v) or "0"
         lines.append(
             f"  router name={rt.name} role={rt.role} cloud={rt.cloud} pid={rt.pid} state={rt.state} "
+            f"exit={rt.exit} restarts={rt.restarts} "
             f"in={rt.events_in} forwarded={rt.forwarded} filtered={rt.filtered} drops={drops} "
             f"channels_up={rt.channels_up}/{rt.channels}")
     for b in s.brokers:
         lines.append(
-            f"  broker name={b.name} role={b.role} pid={b.pid} state={b.state} subscriptions={b.subscriptions} "
+            f"  broker name={b.name} role={b.role} pid={b.pid} state={b.state} exit={b.exit} restarts={b.restarts} "
+            f"subscriptions={b.subscriptions} "
             f"routers_up={b.routers_up} routers_down={b.routers_down} held={','.join(b.held) or '-'} "
             f"segments={b.segments}")
     lines.extend(f"  note {n}" for n in s.notes)
@@ -152,7 +166,7 @@ def rich_view(s: Snapshot) -> Group:
         routers.add_column(col, justify=justify)  # type: ignore[arg-type]
     for rt in s.routers:
         routers.add_row(rt.name, rt.role, rt.cloud, str(rt.pid or "-"),
-                        Text(rt.state, style="green" if rt.state == "up" else "red"),
+                        _state_text(rt.state, rt.exit, rt.restarts),
                         str(rt.events_in), str(rt.forwarded), str(rt.filtered),
                         Text(_drops(rt.drops), style="red" if sum(rt.drops.values()) else ""),
                         f"{rt.channels_up}/{rt.channels}")
@@ -162,7 +176,7 @@ def rich_view(s: Snapshot) -> Group:
                          ("routers down", "right")):
         brokers.add_column(col, justify=justify)  # type: ignore[arg-type]
     for b in s.brokers:
-        brokers.add_row(b.name, b.role, str(b.pid or "-"), Text(b.state, style="green" if b.state == "up" else "red"),
+        brokers.add_row(b.name, b.role, str(b.pid or "-"), _state_text(b.state, b.exit, b.restarts),
                         str(b.subscriptions), str(b.segments), str(b.routers_up),
                         Text(str(b.routers_down), style="red" if b.routers_down else ""))
     parts: list[Table | Text] = [subs, routers, brokers]

@@ -30,12 +30,15 @@ def test_plain_lines_are_key_value() -> None:
                         "subscriptions=2 admitted=1")
     assert lines[1] == ("  sub name=s1 var=pmu/freq edge=e2 status=admitted paths=2 interval_ms=100 effective_ms=68 "
                         "expected_per_s=14.71 rate_per_s=14.50 delivered=40 p50_ms=1 p99_ms=3 bound_ms=30 "
-                        "gaps=0 lost=0 unpublished=0 duplicates=40 drops=0 violations=1 held_by=A route=e1>i1>e2|e1>i2>e2")
+                        "gaps=0 lost=0 unpublished=0 duplicates=40 drops=0 violations=1 held_by=A "
+                        "route=e1>i1>e2|e1>i2>e2")
     assert lines[2].endswith("held_by=- route=- reason=LatencyUnattainable offer=best_latency_ms=7")
     assert " status=rejected paths=0 " in lines[2]
-    assert lines[3] == ("  router name=e1 role=edge cloud=A pid=123 state=up in=10 forwarded=9 filtered=1 "
+    assert lines[3] == ("  router name=e1 role=edge cloud=A pid=123 state=up exit=- restarts=0 in=10 forwarded=9 "
+                        "filtered=1 "
                         "drops=queue_full:2 channels_up=3/3")
-    assert lines[4] == ("  broker name=A role=leaf pid=99 state=up subscriptions=2 routers_up=5 routers_down=0 "
+    assert lines[4] == ("  broker name=A role=leaf pid=99 state=up exit=- restarts=0 subscriptions=2 routers_up=5 "
+                        "routers_down=0 "
                         "held=s1 segments=1")
     assert lines[5] == "  note no parent"
 

@@ -352,7 +352,7 @@ async def _leaf(stack: contextlib.AsyncExitStack, name: str, edge: str, border: 
     await broker.register_client(subscriber, "subscriber", edge, "127.0.0.1", 9)
     for var in ("freq", "volt"):
         await broker.register_publication(publisher, var, FLOAT, interval_ms=20, priority=1, edge_router=edge)
-    broker.define_mode(1, "contingency")
+    broker.modes.define(1, "contingency")
     assert not broker.state.down, f"{name}: routers not up: {broker.state.down}"
 
     def add(server: grpc.aio.Server) -> None:
@@ -369,9 +369,9 @@ def _leaf_hints(c: Cloud) -> Hints:
         "variable": tuple(v.full_name for v in st_.registry) + tuple(v.name for v in st_.registry),
         "variable_id": tuple(v.variable_id for v in st_.registry),
         "subscription_id": tuple(st_.subscriptions),
-        "function_id": tuple(c.broker.condensations),
+        "function_id": tuple(c.broker.condensation.functions),
         **{k: tuple(sorted({n for _, n in st_.clients} | {"ops"})) for k in ("publisher", "subscriber", "creator")},
-        "name": (*sorted({n for _, n in st_.clients}), *routers, *c.broker.modes.values()),
+        "name": (*sorted({n for _, n in st_.clients}), *routers, *c.broker.modes.names.values()),
         **{k: routers for k in ("edge_router", "router", "a", "b", "from_router", "to_router", "placement_router",
                                 "router_a", "router_b")},
         "next_channel": (*routers, *(f"sub:{n}" for k, n in st_.clients if k == "subscriber")),
@@ -393,7 +393,7 @@ async def _populate(c: Cloud, subscriber: str, variable: str) -> None:
     await c.broker.subscribe(subscriber, variable, None, [ModeQoS(0, 20, 50.0), ModeQoS(1, 40, 50.0)],
                              edge_router=edge)
     publisher = variable.split("/")[0]
-    await c.broker.create_condensation(broker_pb2.CreateCondensationRequest(
+    await c.broker.condensation.create(broker_pb2.CreateCondensationRequest(
         creator="ops", function_id="cf1",
         output=broker_pb2.Publication(publisher="cf", variable="avg", type=FLOAT_PB, interval_ms=100),
         inputs=[broker_pb2.CondensationInputRequest(variable=f"{publisher}/{v}", latency_ms=50)

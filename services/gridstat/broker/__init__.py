@@ -3,8 +3,8 @@
 A leaf QoS broker owns one cloud: it knows every status router's capacity and
 every event channel's bandwidth and latency, and admits a subscription only if it
 can pre-allocate paths that keep the subscription's QoS given what is already
-reserved. This package is that decision and nothing else: no gRPC, no I/O, no
-clocks, so it can be tested exhaustively and benchmarked on its own.
+reserved. The modules below are that decision and nothing else: no gRPC, no I/O,
+no clocks, so it can be tested exhaustively and benchmarked on its own.
 
 * :mod:`.topology` - routers and directed event channels of one cloud;
 * :mod:`.paths` - latency-shortest path and k node-disjoint paths (Suurballe/Bhandari);
@@ -13,4 +13,9 @@ clocks, so it can be tested exhaustively and benchmarked on its own.
 * :mod:`.allocation` - ``plan_subscription`` / ``commit`` / ``release``;
 * :mod:`.rejections` - machine-readable rejections with what the broker could offer instead;
 * :mod:`.generate` - seeded random clouds and the admission benchmark.
+
+The brokers that run it are front objects over parts that own their state: :mod:`.leaf` over
+one :mod:`.cloud` and its parts (:mod:`.admitting`, :mod:`.modes`, :mod:`.flooding`,
+:mod:`.condensing`, :mod:`.segments`), served by :mod:`.service`; :mod:`.parent_service` above
+the leaves (docs/management-plane.md, "Inside a broker").
 """

@@ -1,6 +1,6 @@
 """Condensation functions at the leaf broker: validation, placement and setup (dissertation 7.3).
 
-``create_condensation`` follows GridStat's creation order (7.3.2):
+``CondensationCoordinator.create`` follows GridStat's creation order (7.3.2):
 
 1. validate the request: the inputs are variables of this cloud (``UnknownVariable``
    naming ``inputs[i].variable`` otherwise) of a numeric scalar type, the specification
@@ -14,7 +14,7 @@
    the function at that router, so that ordinary subscribers can subscribe to it;
 4. outside the lock, open the output publisher's inbound channel on the router, load the
    function there (``SetupCondensation``), then install the input routes through the
-   group commit, like ``subscribe`` does;
+   group commit, like a subscription's (``admitting``);
 5. write everything through to the store (table ``condensations``) and answer.
 
 If any step fails, what was done is undone (the reservations, the output, the
@@ -27,7 +27,7 @@ Restarts: the function, its input subscriptions, its output publication and its
 publisher are durable, so a restarted broker restores them. Routers hold hard state and
 keep running their functions meanwhile. Before the supervisor reconciles a router
 (first contact after a broker restart, a router restart, a dirty mark) it makes the
-router's slots match the functions placed there (``_prepare_condensations``): it loads
+router's slots match the functions placed there (``CondensationCoordinator.prepare_router``): it loads
 the missing ones (a restarted router comes back empty; ``SetupCondensation`` is
 idempotent) and unloads the ones the broker no longer knows, then the reconcile puts the
 routes back. A restarted function starts with empty input values and zero counters.
@@ -53,7 +53,7 @@ from google.protobuf import json_format
 from gridstat import condensation
 from gridstat.broker import installer
 from gridstat.broker.placement import PlacementInput, plan_placement
-from gridstat.broker.state import Client, CloudState, DesiredChannel, ModeQoS, SubscriptionRecord
+from gridstat.broker.state import Client, DesiredChannel, ModeQoS, SubscriptionRecord
 from gridstat.condensation import calculators
 from gridstat.condensation.calculators import InputInfo
 from gridstat.condensation.spec import check_inputs, spec_from_message
@@ -75,9 +75,10 @@ from gridstat.v1 import condensation_pb2 as cpb
 from gridstat.v1 import router_pb2 as rpb
 
 if TYPE_CHECKING:
+    from gridstat.broker.admitting import SubscriptionCoordinator
+    from gridstat.broker.cloud import Cloud
     from gridstat.broker.installer import RouterChange, RouterLink
-    from gridstat.broker.store import BrokerStore
-    from gridstat.broker.supervisor import RouterSupervisor
+    from gridstat.broker.modes import ModeCoordinator
 
 log = logging.getLogger(__name__)
 
@@ -228,88 +229,58 @@ def _output(request: bpb.CreateCondensationRequest, spec: cpb.CondensationSpec, 
                    alert, min_interval)
 
 
-class CondensationMixin:
-    """LeafBroker's condensing commands; LeafBroker provides the attributes declared here."""
+class CondensationCoordinator:
+    """The leaf broker's condensation functions: it owns the placed functions and the ones being
+    created; their input subscriptions are admitted on the ``CloudState`` and installed and removed
+    through the ``SubscriptionCoordinator``, in modes the ``ModeCoordinator`` defines."""
 
-    name: str
-    state: CloudState
-    links: dict[str, RouterLink]
-    lock: asyncio.Lock
-    store: BrokerStore
-    supervisor: RouterSupervisor
-    _condensations: dict[str, CondensationRecord] | None = None
-    _cf_creating: set[str] | None = None
+    def __init__(self, cloud: Cloud, subscriptions: SubscriptionCoordinator, modes: ModeCoordinator) -> None:
+        self.cloud = cloud
+        self.subscriptions = subscriptions
+        self.modes = modes
+        #: The placed functions by id.
+        self.functions: dict[str, CondensationRecord] = {}
+        #: Functions being set up on their router: a reconcile meanwhile must not unload their slot.
+        self.creating: set[str] = set()
 
-    async def _apply(self, changes: dict[str, RouterChange], *, persist: SubscriptionRecord | None = None) -> None:
-        raise NotImplementedError
-
-    async def _unsubscribe_locked(self, subscription_id: str) -> int:
-        raise NotImplementedError
-
-    async def _unregister_publication_locked(self, full_name: str) -> int:
-        raise NotImplementedError
-
-    def _changes(self, record: SubscriptionRecord, *, install: bool) -> dict[str, RouterChange]:
-        raise NotImplementedError
-
-    def _save_counters(self) -> None:
-        raise NotImplementedError
-
-    def check_modes_defined(self, modes: Iterable[int]) -> None:
-        raise NotImplementedError
-
-    # -- state -------------------------------------------------------------------------------------
-    @property
-    def condensations(self) -> dict[str, CondensationRecord]:
-        """The placed functions by id."""
-        if self._condensations is None:
-            self._condensations = {}
-        return self._condensations
-
-    @property
-    def _creating(self) -> set[str]:
-        if self._cf_creating is None:
-            self._cf_creating = set()
-        return self._cf_creating
-
-    def _load_condensations(self) -> None:
+    def load(self) -> None:
         """Restore the placed functions from the store (their subscriptions, output and publisher are
         restored with the other subscriptions, publications and clients)."""
-        for d in self.store.all("condensations"):
+        for d in self.cloud.store.all("condensations"):
             record = CondensationRecord.from_json(d)
-            self.condensations[record.function_id] = record
-        if self.condensations:
-            log.info("broker %s restored %d condensation functions", self.name, len(self.condensations))
+            self.functions[record.function_id] = record
+        if self.functions:
+            log.info("broker %s restored %d condensation functions", self.cloud.name, len(self.functions))
 
-    def condensation_publisher(self, name: str) -> bool:
+    def publishes(self, name: str) -> bool:
         """Whether ``name`` is the publisher of a condensation function's output (a pseudo client)."""
-        return any(r.output_publisher == name for r in self.condensations.values())
+        return any(r.output_publisher == name for r in self.functions.values())
 
-    def refuse_condensation_publisher(self, name: str, kind: str) -> None:
+    def refuse_publisher(self, name: str, kind: str) -> None:
         """A real publisher may not register under a condensation function's publisher name."""
-        if kind == "publisher" and self.condensation_publisher(name):
+        if kind == "publisher" and self.publishes(name):
             raise DuplicateName(f"publisher {name!r} publishes the output of a condensation function",
                                 field="name")
 
     # -- commands ------------------------------------------------------------------------------------
-    async def create_condensation(self, request: bpb.CreateCondensationRequest) -> CondensationRecord:
+    async def create(self, request: bpb.CreateCondensationRequest) -> CondensationRecord:
         """Validate, place, set up and admit a function (module docstring); all or nothing."""
         creator = check_name(request.creator, what="creator")
         mode = int(request.mode)
         if not 0 <= mode < MAX_MODES:
             raise ValidationError(f"mode {mode} is outside 0..{MAX_MODES - 1}", field="mode")
         try:
-            self.check_modes_defined((mode,))
+            self.modes.check_defined((mode,))
         except GridStatError as exc:
             exc.field = "mode"
             raise
         spec_msg = cpb.CondensationSpec()
         spec_msg.CopyFrom(request.spec)
-        async with self.lock:
-            st = self.state
+        async with self.cloud.lock:
+            st = self.cloud.state
             function_id = request.function_id or self._new_function_id()
             check_name(function_id, what="function_id")
-            if function_id in self.condensations or function_id in self._creating:
+            if function_id in self.functions or function_id in self.creating:
                 raise DuplicateName(f"condensation function {function_id!r} exists", field="function_id")
             inputs = self._resolve_inputs(request.inputs, function_id)
             out = _output(request, spec_msg, function_id, inputs)
@@ -320,7 +291,7 @@ class CondensationMixin:
             if any(v.full_name == full for v in st.registry):
                 raise DuplicateName(f"status variable {full!r} is already registered", field="output.variable")
             existing = st.clients.get(("publisher", out.publisher))
-            if existing is not None and not self.condensation_publisher(out.publisher):
+            if existing is not None and not self.publishes(out.publisher):
                 raise DuplicateName(f"{out.publisher!r} is a registered publisher; a function's output needs a "
                                     "publisher name of its own", field="output.publisher")
             placement = plan_placement(
@@ -335,7 +306,7 @@ class CondensationMixin:
                                       f"this function is placed at {router!r}: name another output.publisher",
                                       field="output.publisher")
             admitted, var, client = self._admit_locked(function_id, mode, router, inputs, out, existing)
-            self._creating.add(function_id)
+            self.creating.add(function_id)
         record = CondensationRecord(
             function_id, creator, router, placement.reason, mode, var.full_name, var.variable_id,
             var.effective_interval_ms, var.alert, var.priority, client.client_id, tuple(inputs),
@@ -343,60 +314,60 @@ class CondensationMixin:
         try:
             await self._install(record, admitted, new_publisher=existing is None)
         except BaseException:
-            async with self.lock:
+            async with self.cloud.lock:
                 await self._undo_locked(record, admitted, new_publisher=existing is None)
-            self._creating.discard(function_id)
+            self.creating.discard(function_id)
             await self._terminate(record)
-            self.supervisor.mark_dirty(router)
+            self.cloud.supervisor.mark_dirty(router)
             raise
-        async with self.lock:
-            self._creating.discard(function_id)
-            self.condensations[function_id] = record
-            with self.store.transaction():
+        async with self.cloud.lock:
+            self.creating.discard(function_id)
+            self.functions[function_id] = record
+            with self.cloud.store.transaction():
                 for sub in admitted:
-                    self.store.put_subscription(sub)
-                self.store.put_publication(var)
-                self.store.put_client(client)
-                self.store.put("condensations", function_id, record.to_json())
-                self._save_counters()
-        log.info("broker %s: condensation function %s (%s) placed at %s (%s), output %s", self.name, function_id,
+                    self.cloud.store.put_subscription(sub)
+                self.cloud.store.put_publication(var)
+                self.cloud.store.put_client(client)
+                self.cloud.store.put("condensations", function_id, record.to_json())
+                self.cloud.save_counters()
+        log.info("broker %s: condensation function %s (%s) placed at %s (%s), output %s", self.cloud.name, function_id,
                  spec.calculator, router, placement.reason, var.full_name)
         return record
 
-    async def remove_condensation(self, function_id: str, creator: str) -> int:
+    async def remove(self, function_id: str, creator: str) -> int:
         """Remove a function; only its creator may. Returns the subscriptions removed (its inputs and the
         subscriptions to its output)."""
-        async with self.lock:
-            record = self.condensations.get(function_id)
+        async with self.cloud.lock:
+            record = self.functions.get(function_id)
             if record is None:
                 raise NotFound(f"no condensation function {function_id!r}", field="function_id")
             if creator != record.creator:
                 raise Unauthorized(f"only its creator may remove condensation function {function_id!r}",
                                    field="creator")
             removed = 0
-            if any(v.full_name == record.output for v in self.state.registry):
-                removed += await self._unregister_publication_locked(record.output)
+            if any(v.full_name == record.output for v in self.cloud.state.registry):
+                removed += await self.subscriptions.unregister_publication_locked(record.output)
             for inp in record.inputs:
-                if inp.subscription_id in self.state.subscriptions:
-                    await self._unsubscribe_locked(inp.subscription_id)
+                if inp.subscription_id in self.cloud.state.subscriptions:
+                    await self.subscriptions.unsubscribe_locked(inp.subscription_id)
                     removed += 1
-            del self.condensations[function_id]
-            with self.store.transaction():
-                self.store.delete("condensations", function_id)
-                if not self.condensation_publisher(record.output_publisher):
-                    self.state.clients.pop(("publisher", record.output_publisher), None)
-                    self.store.delete("clients", f"publisher/{record.output_publisher}")
+            del self.functions[function_id]
+            with self.cloud.store.transaction():
+                self.cloud.store.delete("condensations", function_id)
+                if not self.publishes(record.output_publisher):
+                    self.cloud.state.clients.pop(("publisher", record.output_publisher), None)
+                    self.cloud.store.delete("clients", f"publisher/{record.output_publisher}")
         await self._terminate(record)
-        await self.supervisor.reconcile_now(record.router)  # closes the publisher's channel if it went
+        await self.cloud.supervisor.reconcile_now(record.router)  # closes the publisher's channel if it went
         return removed
 
-    async def condensation_statuses(self, records: Iterable[CondensationRecord]) -> dict[str, cpb.CondensationStatus]:
+    async def statuses(self, records: Iterable[CondensationRecord]) -> dict[str, cpb.CondensationStatus]:
         """The routers' reports of the given functions, by id (a router that does not answer: no entry)."""
         wanted = list(records)
         routers = sorted({r.router for r in wanted})
 
         async def stats(name: str) -> list[cpb.CondensationStatus]:
-            link = self.links.get(name)
+            link = self.cloud.links.get(name)
             if link is None:
                 return []
             try:
@@ -414,15 +385,15 @@ class CondensationMixin:
     # -- internals -----------------------------------------------------------------------------------
     def _new_function_id(self) -> str:
         n = self._next_condensation()
-        self.store.set_meta("next_condensation", n + 1)
-        return f"{self.name}-cf{n}"
+        self.cloud.store.set_meta("next_condensation", n + 1)
+        return f"{self.cloud.name}-cf{n}"
 
     def _next_condensation(self) -> int:
-        return int(self.store.get_meta("next_condensation") or 1)
+        return int(self.cloud.store.get_meta("next_condensation") or 1)
 
     def _resolve_inputs(self, requests: Iterable[bpb.CondensationInputRequest],
                         function_id: str) -> list[FunctionInput]:
-        st = self.state
+        st = self.cloud.state
         out: list[FunctionInput] = []
         for i, inp in enumerate(requests):
             where = f"inputs[{i}]"
@@ -452,7 +423,7 @@ class CondensationMixin:
     def _admit_locked(self, function_id: str, mode: int, router: str, inputs: list[FunctionInput], out: _Output,
                       existing: Client | None) -> tuple[list[SubscriptionRecord], StatusVariable, Client]:
         """Reserve the input paths, register the output and its publisher (state only); undone on failure."""
-        st = self.state
+        st = self.cloud.state
         channel = condensation.channel_name(function_id)
         admitted: list[SubscriptionRecord] = []
         var: StatusVariable | None = None
@@ -480,29 +451,29 @@ class CondensationMixin:
     async def _install(self, record: CondensationRecord, admitted: list[SubscriptionRecord], *,
                        new_publisher: bool) -> None:
         """The router side: the output publisher's channel, the slot, then the input routes (group commit)."""
-        link = self.links.get(record.router)
-        if link is None or record.router in self.state.down:
+        link = self.cloud.links.get(record.router)
+        if link is None or record.router in self.cloud.state.down:
             raise installer.RouterUnavailable(f"router {record.router!r} does not answer", field="router")
         try:
             if new_publisher:
-                client = self.state.clients[("publisher", record.output_publisher)]
+                client = self.cloud.state.clients[("publisher", record.output_publisher)]
                 await installer.ensure_channel(link, DesiredChannel(client.channel, client.client_id, "publisher"))
             await link.stub.SetupCondensation(record.setup_pb(), timeout=installer.RPC_TIMEOUT_S)
         except grpc.aio.AioRpcError as exc:
             raise _router_error(exc, record.router) from None
         changes: dict[str, RouterChange] = {}
         for sub in admitted:
-            for name, change in self._changes(sub, install=True).items():
+            for name, change in self.subscriptions.changes_of(sub, install=True).items():
                 before = changes.get(name)
                 changes[name] = change if before is None else installer.RouterChange(
                     before.install + change.install, before.remove + change.remove)
-        await self._apply(changes)
+        await self.subscriptions.install(changes)
 
     async def _undo_locked(self, record: CondensationRecord, admitted: list[SubscriptionRecord], *,
                            new_publisher: bool) -> None:
-        st = self.state
+        st = self.cloud.state
         if any(v.full_name == record.output for v in st.registry):
-            await self._unregister_publication_locked(record.output)  # and whoever subscribed meanwhile
+            await self.subscriptions.unregister_publication_locked(record.output)  # and whoever subscribed meanwhile
         for sub in admitted:
             if sub.subscription_id in st.subscriptions:
                 st.remove(sub.subscription_id)
@@ -511,7 +482,7 @@ class CondensationMixin:
 
     async def _terminate(self, record: CondensationRecord) -> None:
         """Unload the slot; a router that misses it is put right when it is next reconciled."""
-        link = self.links.get(record.router)
+        link = self.cloud.links.get(record.router)
         if link is None:
             return
         try:
@@ -520,14 +491,14 @@ class CondensationMixin:
         except grpc.aio.AioRpcError as exc:
             log.warning("unloading condensation function %s from %s: %s; it will be reconciled",
                         record.function_id, record.router, exc.code())
-            self.supervisor.mark_dirty(record.router)
+            self.cloud.supervisor.mark_dirty(record.router)
 
-    async def _prepare_condensations(self, router: str, link: RouterLink) -> None:
+    async def prepare_router(self, router: str, link: RouterLink) -> None:
         """Before a router is reconciled (under the lock): its slots are the functions placed there."""
-        want = {r.function_id: r for r in self.condensations.values() if r.router == router}
+        want = {r.function_id: r for r in self.functions.values() if r.router == router}
         reply = await link.stub.GetStats(rpb.GetStatsRequest(), timeout=installer.RPC_TIMEOUT_S)
         for status in reply.condensations:
-            if status.function_id not in want and status.function_id not in self._creating:
+            if status.function_id not in want and status.function_id not in self.creating:
                 await link.stub.TerminateCondensation(
                     rpb.TerminateCondensationRequest(function_id=status.function_id), timeout=installer.RPC_TIMEOUT_S)
                 log.info("router %s: unloaded condensation function %s the broker no longer holds", router,
@@ -544,5 +515,5 @@ class CondensationMixin:
                 log.error("router %s refuses condensation function %s (%s); removing its input subscriptions",
                           router, record.function_id, exc.details())
                 for inp in record.inputs:
-                    if inp.subscription_id in self.state.subscriptions:
-                        await self._unsubscribe_locked(inp.subscription_id)
+                    if inp.subscription_id in self.cloud.state.subscriptions:
+                        await self.subscriptions.unsubscribe_locked(inp.subscription_id)

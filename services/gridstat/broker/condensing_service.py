@@ -1,4 +1,4 @@
-"""gRPC methods of the leaf broker for condensing (protos/gridstat/v1/broker.proto), thin over LeafBroker.
+"""The leaf broker's gRPC methods for condensing (protos/gridstat/v1/broker.proto), over ``broker.condensation``.
 
 Refusals (``UnknownVariable`` naming ``inputs[i].variable``, ``TypeMismatch``,
 ``NoFeasiblePath`` / ``LatencyUnattainable`` / ``CapacityExceeded`` from placement,
@@ -9,8 +9,7 @@ metadata, like every other command of this service.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from gridstat.broker.condensing import CondensationRecord
 from gridstat.core.protoconv import type_to_pb
@@ -19,8 +18,6 @@ from gridstat.v1 import condensation_pb2 as cpb
 
 if TYPE_CHECKING:
     from gridstat.broker.leaf import LeafBroker
-
-T = TypeVar("T")
 
 
 def info_pb(broker: LeafBroker, r: CondensationRecord, status: cpb.CondensationStatus | None) -> pb.CondensationInfo:
@@ -41,44 +38,33 @@ def info_pb(broker: LeafBroker, r: CondensationRecord, status: cpb.CondensationS
                                placement=r.placement, status=status)
 
 
-class CondensationServicerMixin:
-    """Mixed into QoSBrokerServicer; uses ``self.broker`` and ``self._run``."""
+class CondensationHandlers:
+    """The condensation RPCs of ``QoSBrokerServicer``, over the broker's ``condensation`` part."""
 
-    broker: LeafBroker
+    def __init__(self, broker: LeafBroker) -> None:
+        self.broker = broker
 
-    async def _run(self, context: Any, call: Callable[[], Awaitable[T]]) -> T:
-        raise NotImplementedError
+    async def create_condensation(self, request: pb.CreateCondensationRequest, context: Any) -> pb.CondensationInfo:
+        b = self.broker
+        # The creator reads the inputs and publishes the output: the policy must allow both.
+        b.bind_identity(context, request.creator, field="creator")
+        for i, inp in enumerate(request.inputs):
+            b.authorize("subscribe", request.creator, inp.variable, field=f"inputs[{i}].variable")
+        out = request.output
+        b.authorize("publish", request.creator, f"{out.publisher}/{out.variable}", field="output.variable")
+        record = await b.condensation.create(request)
+        statuses = await b.condensation.statuses([record])
+        return info_pb(b, record, statuses.get(record.function_id))
 
-    async def _admission(self, context: Any, declared: str, call: Callable[[], Awaitable[T]]) -> T:
-        raise NotImplementedError
+    async def remove_condensation(self, request: pb.RemoveCondensationRequest,
+                                  context: Any) -> pb.RemoveCondensationReply:
+        self.broker.bind_identity(context, request.creator, field="creator")
+        n = await self.broker.condensation.remove(request.function_id, request.creator)
+        return pb.RemoveCondensationReply(subscriptions_removed=n)
 
-    async def CreateCondensation(self, request: pb.CreateCondensationRequest, context: Any) -> pb.CondensationInfo:
-        async def call() -> pb.CondensationInfo:
-            # The creator reads the inputs and publishes the output: the policy must allow both.
-            self.broker.bind_identity(context, request.creator, field="creator")
-            for i, inp in enumerate(request.inputs):
-                self.broker.authorize("subscribe", request.creator, inp.variable, field=f"inputs[{i}].variable")
-            out = request.output
-            self.broker.authorize("publish", request.creator, f"{out.publisher}/{out.variable}",
-                                  field="output.variable")
-            record = await self.broker.create_condensation(request)
-            statuses = await self.broker.condensation_statuses([record])
-            return info_pb(self.broker, record, statuses.get(record.function_id))
-        return await self._admission(context, request.creator, call)  # placement plans paths (broker.gate)
-
-    async def RemoveCondensation(self, request: pb.RemoveCondensationRequest,
-                                 context: Any) -> pb.RemoveCondensationReply:
-        async def call() -> pb.RemoveCondensationReply:
-            self.broker.bind_identity(context, request.creator, field="creator")
-            n = await self.broker.remove_condensation(request.function_id, request.creator)
-            return pb.RemoveCondensationReply(subscriptions_removed=n)
-        return await self._run(context, call)
-
-    async def ListCondensations(self, request: pb.ListCondensationsRequest,
-                                context: Any) -> pb.ListCondensationsReply:
-        async def call() -> pb.ListCondensationsReply:
-            records = sorted(self.broker.condensations.values(), key=lambda r: r.function_id)
-            statuses = await self.broker.condensation_statuses(records)
-            return pb.ListCondensationsReply(functions=[info_pb(self.broker, r, statuses.get(r.function_id))
-                                                        for r in records])
-        return await self._run(context, call)
+    async def list_condensations(self) -> pb.ListCondensationsReply:
+        part = self.broker.condensation
+        records = sorted(part.functions.values(), key=lambda r: r.function_id)
+        statuses = await part.statuses(records)
+        return pb.ListCondensationsReply(functions=[info_pb(self.broker, r, statuses.get(r.function_id))
+                                                    for r in records])

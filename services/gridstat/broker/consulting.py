@@ -36,8 +36,8 @@ from gridstat.v1 import admission_pb2_grpc as apb_grpc
 from gridstat.v1 import broker_pb2 as pb
 
 if TYPE_CHECKING:
-    from gridstat.broker.leaf import LeafBroker
-    from gridstat.broker.state import SubscriptionRecord
+    from gridstat.broker.cloud import Cloud
+    from gridstat.cloud.state import SubscriptionRecord
     from gridstat.core.model import StatusVariable
 
 log = logging.getLogger(__name__)
@@ -115,48 +115,48 @@ class AdmissionLink:
         await self._client.close()
 
     # -- bringing the controller up to date ------------------------------------------------------
-    async def sync(self, broker: LeafBroker) -> None:
+    async def sync(self, cloud: Cloud) -> None:
         """Declare resources and advertisements if the broker's or the controller's side changed."""
         async with self._sync_lock:
-            if self._resources_version != broker.resources_version or not self._epoch:
-                version = broker.resources_version
-                topo = broker.state.topology
+            if self._resources_version != cloud.resources_version or not self._epoch:
+                version = cloud.resources_version
+                topo = cloud.state.topology
                 reply = await self._stub.DeclareResources(apb.DeclareResourcesRequest(
-                    source=broker.name,
+                    source=cloud.name,
                     routers=[apb.RouterResources(router=r.name, cpu_eps=float(r.capacity_eps)) for r in topo],
                     links=[apb.LinkResources(link=c.name, router=c.src, bandwidth_bps=float(c.bandwidth_bps))
                            for c in topo.channels.values()]), timeout=self.deadline_s)
                 self._note_epoch(reply.epoch)
                 self._resources_version = version
-            if self._adverts_version != broker.adverts_version:
-                version = broker.adverts_version
+            if self._adverts_version != cloud.adverts_version:
+                version = cloud.adverts_version
                 reply = await self._stub.SyncAdvertisements(apb.SyncAdvertisementsRequest(
-                    source=broker.name, advertisements=list(self._advertisements(broker))), timeout=self.deadline_s)
+                    source=cloud.name, advertisements=list(self._advertisements(cloud))), timeout=self.deadline_s)
                 self._note_epoch(reply.epoch)
                 self._adverts_version = version
             for sid in sorted(self._releases):
                 await self._stub.Release(apb.ReleaseRequest(subscription_id=sid), timeout=self.deadline_s)
                 self._releases.discard(sid)
             if self._replay:
-                await self._replay_held(broker)
+                await self._replay_held(cloud)
 
-    async def _replay_held(self, broker: LeafBroker) -> None:
+    async def _replay_held(self, cloud: Cloud) -> None:
         """Register every subscription the broker holds with a controller that lacks them: one
         that restarted (its state is in memory) or one that was unreachable while subscriptions were
         admitted by the broker's own check. Admit is idempotent per subscription id, so the ones it
         already holds cost a lookup. A refusal here cannot undo what is installed; it is logged and
         counted, and the controller then knows the load it refused."""
         refused = 0
-        for record in list(broker.state.subscriptions.values()):
-            reply = await self._stub.Admit(self._request(broker, record), timeout=self.deadline_s)
+        for record in list(cloud.state.subscriptions.values()):
+            reply = await self._stub.Admit(self._request(cloud, record), timeout=self.deadline_s)
             if not reply.admitted:
                 refused += 1
         self._replay = False
-        self.counts["replayed"] = self.counts.get("replayed", 0) + len(broker.state.subscriptions)
+        self.counts["replayed"] = self.counts.get("replayed", 0) + len(cloud.state.subscriptions)
         if refused:
             self.counts["replay_refused"] = self.counts.get("replay_refused", 0) + refused
             log.warning("admission controller %s refused %d of the %d subscriptions the broker holds when they "
-                        "were registered again", self.address, refused, len(broker.state.subscriptions))
+                        "were registered again", self.address, refused, len(cloud.state.subscriptions))
 
     def _note_epoch(self, epoch: str) -> None:
         if self._epoch and epoch != self._epoch:
@@ -166,26 +166,26 @@ class AdmissionLink:
             self._replay = True
         self._epoch = epoch
 
-    def _advertisements(self, broker: LeafBroker) -> Iterable[apb.Advertisement]:
-        for var in broker.state.registry:
-            rate = broker.max_rates.get(var.full_name) or 1000.0 / var.effective_interval_ms
-            yield apb.Advertisement(advertisement_id=f"{broker.name}:{var.full_name}",
-                                    filter=apb.Filter(variable=var.full_name), max_rate_eps=rate, source=broker.name)
+    def _advertisements(self, cloud: Cloud) -> Iterable[apb.Advertisement]:
+        for var in cloud.state.registry:
+            rate = cloud.max_rates.get(var.full_name) or 1000.0 / var.effective_interval_ms
+            yield apb.Advertisement(advertisement_id=f"{cloud.name}:{var.full_name}",
+                                    filter=apb.Filter(variable=var.full_name), max_rate_eps=rate, source=cloud.name)
 
     # -- deciding ----------------------------------------------------------------------------------
-    async def consult(self, broker: LeafBroker, record: SubscriptionRecord) -> Consulted:
+    async def consult(self, cloud: Cloud, record: SubscriptionRecord) -> Consulted:
         """Ask the controller about an admitted-by-the-broker subscription.
 
         Returns the controller's note (or a fallback note when it cannot be reached); raises
         :class:`ControllerRejected` when it refuses.
         """
         try:
-            await self.sync(broker)
-            request = self._request(broker, record)
+            await self.sync(cloud)
+            request = self._request(cloud, record)
             reply: apb.AdmissionDecision = await self._stub.Admit(request, timeout=self.deadline_s)
             if reply.epoch != self._epoch:  # restarted since the last sync: it lacks this cloud's state
                 self._note_epoch(reply.epoch)
-                await self.sync(broker)
+                await self.sync(cloud)
                 await self._stub.Release(apb.ReleaseRequest(subscription_id=request.subscription_id),
                                          timeout=self.deadline_s)
                 reply = await self._stub.Admit(request, timeout=self.deadline_s)
@@ -210,8 +210,8 @@ class AdmissionLink:
         self.counts["partial" if partial else "admitted"] += 1
         return Consulted(note, partial)
 
-    def _request(self, broker: LeafBroker, record: SubscriptionRecord) -> apb.AdmitRequest:
-        topo = broker.state.topology
+    def _request(self, cloud: Cloud, record: SubscriptionRecord) -> apb.AdmitRequest:
+        topo = cloud.state.topology
         hops = []
         for mode, paths in record.paths:
             for path in paths:
@@ -221,7 +221,7 @@ class AdmissionLink:
                         record.reserved_last_channel(router)
                     hops.append(apb.Hop(router=router, link=link, mode=mode))
         interval = min(q.interval_ms for q in record.qos)
-        return apb.AdmitRequest(subscription_id=f"{broker.name}:{record.subscription_id}",
+        return apb.AdmitRequest(subscription_id=f"{cloud.name}:{record.subscription_id}",
                                 filter=apb.Filter(variable=record.variable), interval_ms=interval, hops=hops)
 
     async def release(self, broker_name: str, subscription_id: str) -> None:

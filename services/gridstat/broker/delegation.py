@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
@@ -33,6 +33,9 @@ from gridstat.core.tls import ClientChannel, TlsFiles
 from gridstat.errors import ChannelUnavailable, GridStatError, NotFound, Unauthorized
 from gridstat.v1 import broker_pb2 as pb
 from gridstat.v1 import broker_pb2_grpc as pb_grpc
+
+if TYPE_CHECKING:
+    from gridstat.broker.cloud import Cloud
 
 log = logging.getLogger(__name__)
 RPC_TIMEOUT_S = 10.0
@@ -243,35 +246,36 @@ class UpLink:
         self.address = address
         self.peers = Peers(tls)
 
-    async def subscribe(self, broker: Any, s: pb.Subscription) -> pb.SubscribeReply:
-        """``broker`` is the LeafBroker: checks the subscriber, names the subscription, remembers it durably."""
-        client = broker.state.client("subscriber", s.subscriber)
+    async def subscribe(self, cloud: Cloud, s: pb.Subscription) -> pb.SubscribeReply:
+        """Check the subscriber, name the subscription in ``cloud`` and remember it durably, then ask the parent."""
+        st, store = cloud.state, cloud.store
+        client = st.client("subscriber", s.subscriber)
         if s.edge_router not in client.edge_routers:
             raise Unauthorized(f"subscriber {s.subscriber!r} is registered at {', '.join(client.edge_routers)}",
                                field="edge_router")
         s.edge_router = client.edge_router  # inter-cloud segments end at its first edge router (docs/redundancy.md)
-        async with broker.lock:
-            sid = s.subscription_id or broker.state.new_subscription_id()
-            with broker.store.transaction():
-                broker._save_counters()
+        async with cloud.lock:
+            sid = s.subscription_id or st.new_subscription_id()
+            with store.transaction():
+                cloud.save_counters()
         up = pb.Subscription()
         up.CopyFrom(s)
-        up.subscription_id, up.cloud = sid, broker.name
+        up.subscription_id, up.cloud = sid, cloud.name
         reply: pb.SubscribeReply = await self.peers(self.address).broker.Subscribe(
             pb.SubscribeRequest(subscription=up), timeout=RPC_TIMEOUT_S * 3)
         if reply.admitted:
-            broker.store.set_meta(f"delegated:{sid}", self.address)
-            broker.store.set_meta(f"delegated-by:{sid}", s.subscriber)  # its owner (service._bind_owner)
+            store.set_meta(f"delegated:{sid}", self.address)
+            store.set_meta(f"delegated-by:{sid}", s.subscriber)  # its owner (service._bind_owner)
         return reply
 
-    def delegated(self, broker: Any, sid: str) -> bool:
-        return bool(broker.store.get_meta(f"delegated:{sid}"))
+    def delegated(self, cloud: Cloud, sid: str) -> bool:
+        return bool(cloud.store.get_meta(f"delegated:{sid}"))
 
-    async def unsubscribe(self, broker: Any, sid: str) -> int:
+    async def unsubscribe(self, cloud: Cloud, sid: str) -> int:
         reply: pb.UnsubscribeReply = await self.peers(self.address).broker.Unsubscribe(
             pb.UnsubscribeRequest(subscription_id=sid), timeout=RPC_TIMEOUT_S * 3)
-        broker.store.set_meta(f"delegated:{sid}", "")
-        broker.store.set_meta(f"delegated-by:{sid}", "")
+        cloud.store.set_meta(f"delegated:{sid}", "")
+        cloud.store.set_meta(f"delegated-by:{sid}", "")
         return int(reply.routes_removed)
 
     async def close(self) -> None:

@@ -10,7 +10,7 @@ The effective level of every mode named by a command is pushed to *every* router
 cloud (``SetFlooding`` / ``RemoveFlooding``, router.proto); routers switch independently,
 without synchronisation, which is what keeps existing subscriptions whole during the switch
 (5.3.3). A router that is down or misses the push is marked dirty: the supervisor's
-reconciliation then calls :meth:`FloodingMixin.reconcile_flooding`, which makes the router's
+reconciliation then calls :meth:`FloodingCoordinator.reconcile_router`, which makes the router's
 settings equal to the holders (this is also how a restarted router gets them back). The
 holders are written through to the store (table ``flooding``) before a command answers.
 
@@ -22,7 +22,6 @@ subscriber's other streams on that channel never stop.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -37,10 +36,9 @@ from gridstat.errors import NotFound, UnknownVariable, ValidationError
 from gridstat.v1 import router_pb2 as rpb
 
 if TYPE_CHECKING:
+    from gridstat.broker.cloud import Cloud
     from gridstat.broker.installer import RouterLink
-    from gridstat.broker.state import CloudState
-    from gridstat.broker.store import BrokerStore
-    from gridstat.broker.supervisor import RouterSupervisor
+    from gridstat.broker.modes import ModeCoordinator
 
 log = logging.getLogger(__name__)
 
@@ -174,103 +172,101 @@ def reconcile_plan(holders: Iterable[FloodingHolder], have: Iterable[rpb.SetFloo
     return sets, [rpb.RemoveFloodingRequest(variable_id=vid, modes=ms) for vid, ms in extra.items()]
 
 
-class FloodingMixin:
-    """LeafBroker's flooding commands; LeafBroker provides the state, links, lock and store."""
+class FloodingCoordinator:
+    """The leaf broker's flooding: it owns the holders of the flooded variables and the flood-all
+    subscribers (``CloudState.flood_all``, which the desired channels read); the current mode is
+    the ``ModeCoordinator``'s."""
 
-    name: str
-    state: CloudState
-    links: dict[str, RouterLink]
-    lock: asyncio.Lock
-    store: BrokerStore
-    supervisor: RouterSupervisor
-    current_mode: int
-    #: Flooded variables by full name ("publisher/variable").
-    flooding: dict[str, FloodingHolder]
+    def __init__(self, cloud: Cloud, modes: ModeCoordinator) -> None:
+        self.cloud = cloud
+        self.modes = modes
+        #: Flooded variables by full name ("publisher/variable").
+        self.holders: dict[str, FloodingHolder] = {}
 
-    def _init_flooding(self) -> None:
-        """Called from ``LeafBroker.__init__``: rebuilt routers get the flooding settings back."""
-        self.flooding = {}
-        self.supervisor.on_reconciled.append(self.reconcile_flooding)
-
-    def _load_flooding(self) -> None:
-        """Called from ``LeafBroker._load``: the holders and flood-all subscribers of a restarted broker."""
-        for d in self.store.all("flooding"):
+    def load(self) -> None:
+        """Restore the holders and flood-all subscribers of a restarted broker."""
+        store = self.cloud.store
+        for d in store.all("flooding"):
             h = FloodingHolder.from_json(d)
-            self.flooding[h.name] = h
-        self.state.flood_all.update(d["subscriber"] for d in self.store.all("flood_all"))
+            self.holders[h.name] = h
+        self.cloud.state.flood_all.update(d["subscriber"] for d in store.all("flood_all"))
 
     # -- commands (setFlooding / removeFlooding, 5.2) -------------------------------------------------
-    async def set_flooding(self, variable: str, *, level: int = 0, modes: Iterable[int] = (),
-                           from_parent: bool = False, publication: StatusVariable | None = None,
-                           cloud: str = "") -> FloodingHolder:
+    async def set(self, variable: str, *, level: int = 0, modes: Iterable[int] = (), from_parent: bool = False,
+                  publication: StatusVariable | None = None, cloud: str = "") -> FloodingHolder:
         """Flood ``variable`` in this cloud in ``modes`` (the current mode if none).
 
         From an application the level is 0 or 1 (this cloud). From a parent it is the parent's
-        scope, and ``publication`` describes a variable published in another cloud.
+        scope, ``publication`` describes a variable published in another cloud and ``cloud`` names
+        the publisher's cloud.
         """
         split_variable_name(variable)
         level = check_level(level, height=LEAF_HEIGHT, from_parent=from_parent)
-        async with self.lock:
-            ms = check_modes(modes) or (self.current_mode,)
+        store = self.cloud.store
+        async with self.cloud.lock:
+            ms = check_modes(modes) or (self.modes.current,)
             var = self._flooded_variable(variable, publication if from_parent else None)
-            holder = self.flooding.get(var.full_name)
+            holder = self.holders.get(var.full_name)
             if holder is None:
                 holder = FloodingHolder(var, cloud=cloud)
             else:
                 holder.var = var
             holder.set(ms, level, from_parent=from_parent)
-            self.flooding[holder.name] = holder
-            with self.store.transaction():
-                self.store.put("flooding", holder.name, holder.to_json())
-            await self._push_flooding(holder, ms)
+            self.holders[holder.name] = holder
+            with store.transaction():
+                store.put("flooding", holder.name, holder.to_json())
+            await self._push(holder, ms)
             return holder
 
-    async def remove_flooding(self, variable: str, *, modes: Iterable[int] = (),
-                              from_parent: bool = False) -> FloodingHolder | None:
+    async def remove(self, variable: str, *, modes: Iterable[int] = (),
+                     from_parent: bool = False) -> FloodingHolder | None:
         """Stop this broker's (or the parent's) flooding of ``variable`` in ``modes`` (the current mode
         if none); the other side's setting, if any, takes over. A parent's removal of what is not
         flooded here is a no-op (a child added later never had it)."""
         split_variable_name(variable)
-        async with self.lock:
-            ms = check_modes(modes) or (self.current_mode,)
-            holder = self.flooding.get(variable)
+        store = self.cloud.store
+        async with self.cloud.lock:
+            ms = check_modes(modes) or (self.modes.current,)
+            holder = self.holders.get(variable)
             if holder is None:
                 if from_parent:
                     return None
-                self.state.registry.lookup(variable)  # UnknownVariable first, if it is not published here
+                self.cloud.state.registry.lookup(variable)  # UnknownVariable first, if it is not published here
                 raise NotFound(f"{variable!r} is not flooded", field="variable")
             removed = holder.remove(ms, from_parent=from_parent)
             if not removed and not from_parent:
                 raise NotFound(f"{variable!r} is not flooded by this broker in modes {list(ms)}", field="modes")
-            with self.store.transaction():
+            with store.transaction():
                 if holder.empty:
-                    del self.flooding[holder.name]
-                    self.store.delete("flooding", holder.name)
+                    del self.holders[holder.name]
+                    store.delete("flooding", holder.name)
                 else:
-                    self.store.put("flooding", holder.name, holder.to_json())
-            await self._push_flooding(holder, ms)
+                    store.put("flooding", holder.name, holder.to_json())
+            await self._push(holder, ms)
             return holder
 
-    def list_flooding(self) -> list[FloodingHolder]:
-        return [self.flooding[n] for n in sorted(self.flooding)]
+    def list(self) -> list[FloodingHolder]:
+        """The holders, by variable name."""
+        return [self.holders[n] for n in sorted(self.holders)]
 
     async def set_flood_all(self, subscriber: str, enabled: bool) -> None:
         """Turn a subscriber's flood-all subscription on or off (the flag of its channel, in place)."""
-        async with self.lock:
-            client = self.state.client("subscriber", subscriber)
-            if enabled == (subscriber in self.state.flood_all):
+        cloud, st, store = self.cloud, self.cloud.state, self.cloud.store
+        async with cloud.lock:
+            client = st.client("subscriber", subscriber)
+            if enabled == (subscriber in st.flood_all):
                 return
-            with self.store.transaction():
+            with store.transaction():
                 if enabled:
-                    self.state.flood_all.add(subscriber)
-                    self.store.put("flood_all", subscriber, {"subscriber": subscriber})
+                    st.flood_all.add(subscriber)
+                    store.put("flood_all", subscriber, {"subscriber": subscriber})
                 else:
-                    self.state.flood_all.discard(subscriber)
-                    self.store.delete("flood_all", subscriber)
+                    st.flood_all.discard(subscriber)
+                    store.delete("flood_all", subscriber)
             router = client.edge_router
-            link = self.links.get(router)
-            if link is None or router in self.state.down:
-                self.supervisor.mark_dirty(router)
+            link = cloud.links.get(router)
+            if link is None or router in st.down:
+                cloud.supervisor.mark_dirty(router)
                 return
             try:
                 await link.stub.UpdateChannel(rpb.UpdateChannelRequest(name=client.channel, level=1,
@@ -278,19 +274,20 @@ class FloodingMixin:
             except grpc.aio.AioRpcError as exc:
                 log.warning("flood-all of %s on %s: %s; the router will be reconciled", subscriber, router,
                             exc.details())
-                self.supervisor.mark_dirty(router)
+                cloud.supervisor.mark_dirty(router)
 
     def forget_flood_all(self, subscriber: str) -> None:
         """A subscriber that left or restarted holds no flood-all subscription any more (3.7)."""
-        if subscriber in self.state.flood_all:
-            self.state.flood_all.discard(subscriber)
-            with self.store.transaction():
-                self.store.delete("flood_all", subscriber)
+        st, store = self.cloud.state, self.cloud.store
+        if subscriber in st.flood_all:
+            st.flood_all.discard(subscriber)
+            with store.transaction():
+                store.delete("flood_all", subscriber)
 
     # -- the routers ------------------------------------------------------------------------------------
     def _flooded_variable(self, variable: str, publication: StatusVariable | None) -> StatusVariable:
         try:
-            return self.state.registry.lookup(variable)
+            return self.cloud.state.registry.lookup(variable)
         except UnknownVariable:
             if publication is None:
                 raise
@@ -300,8 +297,9 @@ class FloodingMixin:
                                       field="publication") from None
             return publication
 
-    async def _push_flooding(self, holder: FloodingHolder, modes: Iterable[int]) -> None:
+    async def _push(self, holder: FloodingHolder, modes: Iterable[int]) -> None:
         """Tell every router of the cloud the effective level of ``modes`` (routers switch on their own)."""
+        links, down = self.cloud.links, self.cloud.state.down
         sets, remove = router_requests(holder, modes)
 
         async def push(link: RouterLink) -> None:
@@ -310,16 +308,16 @@ class FloodingMixin:
             if remove is not None:
                 await link.stub.RemoveFlooding(remove, timeout=RPC_TIMEOUT_S)
 
-        up = [n for n in self.links if n not in self.state.down]
-        missed = await call_routers(self.links, up, push, what=f"flooding {holder.name}")
-        for name in (*missed, *(n for n in self.links if n in self.state.down)):
-            self.supervisor.mark_dirty(name)  # reconciled when it answers again
+        up = [n for n in links if n not in down]
+        missed = await call_routers(links, up, push, what=f"flooding {holder.name}")
+        for name in (*missed, *(n for n in links if n in down)):
+            self.cloud.supervisor.mark_dirty(name)  # reconciled when it answers again
 
-    async def reconcile_flooding(self, link: RouterLink) -> int:
+    async def reconcile_router(self, link: RouterLink) -> int:
         """Make one router's flooding settings equal to the holders; the supervisor calls it after a
         reconcile (a router seen for the first time, restarted, or marked dirty)."""
         listed = await link.stub.ListRoutes(rpb.ListRoutesRequest(), timeout=RPC_TIMEOUT_S)
-        sets, removes = reconcile_plan(self.flooding.values(), listed.flooding)
+        sets, removes = reconcile_plan(self.holders.values(), listed.flooding)
         for req in sets:
             await link.stub.SetFlooding(req, timeout=RPC_TIMEOUT_S)
         for rem in removes:
@@ -327,5 +325,5 @@ class FloodingMixin:
         return len(sets) + len(removes)
 
 
-__all__ = ["LEAF_HEIGHT", "MAX_LEVEL", "FloodingHolder", "FloodingMixin", "check_level", "check_modes",
+__all__ = ["LEAF_HEIGHT", "MAX_LEVEL", "FloodingCoordinator", "FloodingHolder", "check_level", "check_modes",
            "reconcile_plan", "router_requests"]

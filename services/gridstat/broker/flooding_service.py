@@ -1,4 +1,4 @@
-"""gRPC methods of the leaf broker for flooding (protos/gridstat/v1/broker.proto), thin over LeafBroker.
+"""The leaf broker's gRPC methods for flooding (protos/gridstat/v1/broker.proto), over ``broker.flooding``.
 
 Every reply lists ``FloodingEntry`` records, one per (variable, mode, side): the parent's setting
 of a mode comes first and is the effective one; a local setting of the same mode is listed with
@@ -9,8 +9,8 @@ subscribed to.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 from gridstat.broker.flooding import FloodingHolder
 from gridstat.core.model import StatusVariable
@@ -20,8 +20,6 @@ from gridstat.v1 import broker_pb2 as pb
 
 if TYPE_CHECKING:
     from gridstat.broker.leaf import LeafBroker
-
-T = TypeVar("T")
 
 
 def publication_pb(holder: FloodingHolder) -> pb.Publication:
@@ -51,38 +49,30 @@ def publication_from_pb(p: pb.Publication) -> StatusVariable:
                           variable_id=p.variable_id)
 
 
-class FloodingServicerMixin:
-    """Mixed into QoSBrokerServicer; uses self.broker and self._run."""
+class FloodingHandlers:
+    """The flooding RPCs of ``QoSBrokerServicer``, over the broker's ``flooding`` part."""
 
-    broker: LeafBroker
+    def __init__(self, broker: LeafBroker) -> None:
+        self.broker = broker
 
-    if TYPE_CHECKING:
-        async def _run(self, context: Any, call: Callable[[], Awaitable[T]]) -> T: ...
+    async def set_flooding(self, request: pb.BrokerFloodingRequest) -> pb.BrokerFloodingReply:
+        publication = None
+        if request.from_parent and request.publication.variable:
+            publication = publication_from_pb(request.publication)
+        holder = await self.broker.flooding.set(
+            request.variable, level=request.level, modes=request.modes, from_parent=request.from_parent,
+            publication=publication, cloud=request.publication.cloud)
+        return pb.BrokerFloodingReply(flooding=entries_pb([holder]))
 
-    async def SetFlooding(self, request: pb.BrokerFloodingRequest, context: Any) -> pb.BrokerFloodingReply:
-        async def call() -> pb.BrokerFloodingReply:
-            publication = None
-            if request.from_parent and request.publication.variable:
-                publication = publication_from_pb(request.publication)
-            holder = await self.broker.set_flooding(
-                request.variable, level=request.level, modes=request.modes, from_parent=request.from_parent,
-                publication=publication, cloud=request.publication.cloud)
-            return pb.BrokerFloodingReply(flooding=entries_pb([holder]))
-        return await self._run(context, call)
+    async def remove_flooding(self, request: pb.BrokerFloodingRequest) -> pb.BrokerFloodingReply:
+        holder = await self.broker.flooding.remove(request.variable, modes=request.modes,
+                                                   from_parent=request.from_parent)
+        return pb.BrokerFloodingReply(flooding=entries_pb([] if holder is None else [holder]))
 
-    async def RemoveFlooding(self, request: pb.BrokerFloodingRequest, context: Any) -> pb.BrokerFloodingReply:
-        async def call() -> pb.BrokerFloodingReply:
-            holder = await self.broker.remove_flooding(request.variable, modes=request.modes,
-                                                       from_parent=request.from_parent)
-            return pb.BrokerFloodingReply(flooding=entries_pb([] if holder is None else [holder]))
-        return await self._run(context, call)
+    def list_flooding(self) -> pb.BrokerFloodingReply:
+        return pb.BrokerFloodingReply(flooding=entries_pb(self.broker.flooding.list()))
 
-    async def ListFlooding(self, request: pb.ListFloodingRequest, context: Any) -> pb.BrokerFloodingReply:
-        return pb.BrokerFloodingReply(flooding=entries_pb(self.broker.list_flooding()))
-
-    async def SetFloodAll(self, request: pb.SetFloodAllRequest, context: Any) -> pb.BrokerFloodingReply:
-        async def call() -> pb.BrokerFloodingReply:
-            self.broker.bind_identity(context, request.subscriber, field="subscriber")
-            await self.broker.set_flood_all(request.subscriber, request.enabled)
-            return pb.BrokerFloodingReply(flooding=entries_pb(self.broker.list_flooding()))
-        return await self._run(context, call)
+    async def set_flood_all(self, request: pb.SetFloodAllRequest, context: Any) -> pb.BrokerFloodingReply:
+        self.broker.bind_identity(context, request.subscriber, field="subscriber")
+        await self.broker.flooding.set_flood_all(request.subscriber, request.enabled)
+        return pb.BrokerFloodingReply(flooding=entries_pb(self.broker.flooding.list()))

@@ -1,14 +1,27 @@
-"""The leaf QoS broker of one cloud: its commands and its durable state (dissertation 3.3.1).
+"""The leaf QoS broker of one cloud: a front object over its parts (dissertation 3.3.1).
 
-A command decides on ``CloudState`` under one lock (pure: path search, reservations,
-the loop-free tree rule), writes the change to the routers in two phases through the
-group commit (``groupcommit``, outside the lock so that installs overlap), and writes
-it through to SQLite (``store``) before answering. If the routers cannot take a
-change, the state change is undone, so nothing is ever half-installed.
+``LeafBroker`` owns one :class:`~gridstat.broker.cloud.Cloud` (what it knows of its cloud, the
+store, the router links, the supervisor and the lock) and the parts that act on it, each owning
+its own piece of state:
 
-Around it: ``supervisor`` watches the routers and rebuilds restarted ones from the
-state; ``segments`` holds the leaf's side of inter-cloud paths; ``consulting`` asks
-the admission controller, when one is configured, before a reservation is kept.
+* ``subscriptions`` (``admitting.SubscriptionCoordinator``): what happens when a subscription
+  arrives, changes or goes; the group commit and the admission controller's link;
+* ``modes`` (``modes.ModeCoordinator``): the mode registry, the current mode, the five-phase change;
+* ``flooding`` (``flooding.FloodingCoordinator``): the flooded variables and flood-all subscribers;
+* ``condensation`` (``condensing.CondensationCoordinator``): the placed condensation functions;
+* ``segments`` (``segments.SegmentCoordinator``): inter-cloud channels and reserved segments.
+
+The front itself keeps the lifecycle, the restore from the store, the topology (routers and
+channels), the clients and publications, the channel keys and the authorization checks, and
+wires the parts into the supervisor's hooks. The gRPC servicers (``service``) call the parts
+directly, except for the commands telemetry records (``subscribe``, ``change_subscription``,
+``change_mode``): those are the front's own, so that ``telemetry.recording.BrokerRecorder`` can
+wrap them on the instance (docs/telemetry.md).
+
+A command decides on ``CloudState`` under one lock (pure: path search, reservations, the
+loop-free tree rule), writes the change to the routers (in two phases, through the group commit
+for subscriptions) and writes it through to SQLite (``store``) before answering. If the routers
+cannot take a change, the state change is undone, so nothing is ever half-installed.
 """
 
 from __future__ import annotations
@@ -17,28 +30,25 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from gridstat.broker import installer
+from gridstat.broker.admitting import SubscriptionCoordinator
 from gridstat.broker.authz import IdentityBinding, PolicyFile
 from gridstat.broker.channelkeys import ChannelKeys
-from gridstat.broker.condensing import CondensationMixin
-from gridstat.broker.consulting import AdmissionLink, advertised_rate
-from gridstat.broker.flooding import FloodingMixin
+from gridstat.broker.cloud import Cloud
+from gridstat.broker.condensing import CondensationCoordinator
+from gridstat.broker.consulting import advertised_rate
+from gridstat.broker.flooding import FloodingCoordinator
 from gridstat.broker.gate import AdmissionGate
-from gridstat.broker.groupcommit import GroupCommit
-from gridstat.broker.installer import RouterChange, RouterLink
-from gridstat.broker.modes import ModesMixin
-from gridstat.broker.paths import Path
-from gridstat.broker.segments import SegmentsMixin
+from gridstat.broker.installer import RouterLink
+from gridstat.broker.modes import ModeChange, ModeCoordinator
+from gridstat.broker.segments import SegmentCoordinator
 from gridstat.broker.state import (
     Client,
     CloudState,
     DesiredChannel,
-    DesiredRoute,
-    ForeignChannel,
     ModeQoS,
     RouterEndpoint,
     SubscriptionRecord,
@@ -48,57 +58,52 @@ from gridstat.broker.supervisor import RouterSupervisor
 from gridstat.broker.topology import RouterRole
 from gridstat.core.access import Grants
 from gridstat.core.aio import create_guarded_task
-from gridstat.core.model import StatusVariable, TypeSpec, VariableRegistry, split_variable_name
+from gridstat.core.model import StatusVariable, TypeSpec, VariableRegistry
 from gridstat.core.tls import TlsFiles
-from gridstat.errors import GridStatError, NotFound, TypeMismatch, Unauthorized, ValidationError
+from gridstat.errors import NotFound, Unauthorized, ValidationError
 from gridstat.v1 import router_pb2 as rpb
 
 if TYPE_CHECKING:
     from gridstat.broker.delegation import UpLink
-    from gridstat.v1.broker_pb2 import AdmissionNote
 
 log = logging.getLogger(__name__)
 
 
+class LeafBroker:
+    """One cloud's leaf QoS broker: the front over its ``cloud`` and its parts (module docstring)."""
 
-class LeafBroker(SegmentsMixin, ModesMixin, FloodingMixin, CondensationMixin):
     def __init__(self, name: str, store: BrokerStore, *, tls: TlsFiles | None = None,
                  supervise_interval_s: float = 0.5, forwarding_ms: float = 1.0, variable_id_base: int = 1) -> None:
         self.name = name
-        self.store = store
         self.tls = tls
-        # Variable ids travel on the wire across clouds, so each cloud assigns from its own block.
-        self.state = CloudState(name, forwarding_ms=forwarding_ms, registry=VariableRegistry(first_id=variable_id_base))
-        self.links: dict[str, RouterLink] = {}
         self.supervise_interval_s = supervise_interval_s
-        self.lock = asyncio.Lock()
-        self.current_mode = 0
-        #: Defined modes (id -> name) and the change in progress, if any (``modes``).
-        self.modes: dict[int, str] = {0: "normal"}
-        self.mode_changing = False
-        self.mode_change_id = 0
-        self.supervisor = RouterSupervisor(self.state, self.links, self.lock, interval_s=supervise_interval_s,
-                                           before_pass=self._expire_before_pass, mode=lambda: self.current_mode,
-                                           prepare=self._prepare_condensations)
-        self.writer = GroupCommit(self.links, persist=self._persist, taken=self.supervisor.postpone)
-        self._init_flooding()
-        self.supervisor.on_reconciled.append(self._rekey_neighbours)
-        self.supervisor.on_moved = self._router_moved
-        #: Reserved, not yet committed inter-cloud segments and their deadlines.
-        self._pending: dict[str, float] = {}
+        # Variable ids travel on the wire across clouds, so each cloud assigns from its own block.
+        state = CloudState(name, forwarding_ms=forwarding_ms, registry=VariableRegistry(first_id=variable_id_base))
+        links: dict[str, RouterLink] = {}
+        lock = asyncio.Lock()
+        #: The broker's state, handed to every part.
+        self.cloud = Cloud(state, store, links, lock,
+                           RouterSupervisor(state, links, lock, interval_s=supervise_interval_s))
+        #: The parts, each owning its piece of state (module docstring).
+        self.modes = ModeCoordinator(self.cloud)
+        self.subscriptions = SubscriptionCoordinator(self.cloud, self.modes)
+        self.flooding = FloodingCoordinator(self.cloud, self.modes)
+        self.condensation = CondensationCoordinator(self.cloud, self.subscriptions, self.modes)
+        self.segments = SegmentCoordinator(self.cloud, self.subscriptions)
+        # The supervisor's hooks: expired segments go before each pass; a rebuilt router is put in
+        # the current mode, gets its condensation slots before its routes, then its flooding
+        # settings and its neighbours' keys; a router that moved is followed.
+        supervisor = self.cloud.supervisor
+        supervisor.before_pass = self.segments.expire
+        supervisor.mode = lambda: self.modes.current
+        supervisor.prepare = self.condensation.prepare_router
+        supervisor.on_reconciled.append(self.flooding.reconcile_router)
+        supervisor.on_reconciled.append(self._rekey_neighbours)
+        supervisor.on_moved = self._router_moved
         self._task: asyncio.Task[None] | None = None
         self._started = self._closed = False
         #: The parent broker inter-cloud subscriptions are delegated to (``--parent``), if any.
         self.uplink: UpLink | None = None
-        #: The admission controller consulted before a reservation is kept (``--admission``), if any.
-        self.admission: AdmissionLink | None = None
-        #: Advertised maximum rates (events/s) by variable name, where a publisher declared one.
-        self.max_rates: dict[str, float] = {}
-        #: Bumped when publications or the topology change: the admission link re-declares them.
-        self.adverts_version = 0
-        self.resources_version = 0
-        #: The controller's note for each subscription admitted lately, until the reply takes it.
-        self.admission_notes: OrderedDict[str, AdmissionNote] = OrderedDict()
         #: Event channel keys (``--channel-auth``; broker.channelkeys), None = unauthenticated channels.
         self.channel_keys: ChannelKeys | None = None
         #: Who may publish and subscribe to what (``--policy``; broker.authz), None = everyone everything.
@@ -109,6 +114,33 @@ class LeafBroker(SegmentsMixin, ModesMixin, FloodingMixin, CondensationMixin):
         self.identity: IdentityBinding | None = None
         #: The bound on concurrent admissions, per caller and in all (broker.gate; ``--admission-limit``).
         self.gate = AdmissionGate()
+
+    # -- views of the cloud's state ------------------------------------------------------------
+    @property
+    def state(self) -> CloudState:
+        """What the broker knows of its cloud (``cloud.state``)."""
+        return self.cloud.state
+
+    @property
+    def store(self) -> BrokerStore:
+        return self.cloud.store
+
+    @property
+    def supervisor(self) -> RouterSupervisor:
+        return self.cloud.supervisor
+
+    @property
+    def current_mode(self) -> int:
+        return self.modes.current
+
+    @property
+    def mode_changing(self) -> bool:
+        return self.modes.changing
+
+    @property
+    def rebuilds(self) -> int:
+        """Routers rebuilt after a restart since this broker started."""
+        return self.supervisor.rebuilds
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
@@ -126,46 +158,44 @@ class LeafBroker(SegmentsMixin, ModesMixin, FloodingMixin, CondensationMixin):
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        for link in self.links.values():
+        for link in self.cloud.links.values():
             await link.close()
         if self.uplink is not None:
             await self.uplink.close()
-        if self.admission is not None:
-            await self.admission.close()
+        if self.subscriptions.admission is not None:
+            await self.subscriptions.admission.close()
         self.store.close()
 
     def _load(self) -> None:
-        """Rebuild the state from the durable store (a restarted broker)."""
-        st, store = self.state, self.store
+        """Rebuild the state from the durable store (a restarted broker); each part restores its own."""
+        cloud, st, store = self.cloud, self.cloud.state, self.cloud.store
         for d in store.all("routers"):
             st.topology.add_router(d["name"], RouterRole(d["role"]), d["capacity_eps"])
             ep = RouterEndpoint(d["name"], d["router_id"], d["control_address"], d["event_host"], d["event_port"])
             st.endpoints[ep.name] = ep
-            self.links[ep.name] = self._new_link(ep)
+            cloud.links[ep.name] = self._new_link(ep)
         for d in store.all("channels"):
             st.topology.add_channel(d["src"], d["dst"], bandwidth_bps=d["bandwidth_bps"], latency_ms=d["latency_ms"],
                                     event_capacity_eps=d.get("event_capacity_eps"), name=d["name"])
         for d in store.all("clients"):
             st.clients[(d["kind"], d["name"])] = Client.from_dict(d)
-        for d in store.all("foreign_channels"):
-            f = ForeignChannel(**d)
-            st.foreign[(f.border_router, f.foreign_router)] = f
+        self.segments.load()
         for d in store.all("publications"):
             var = st.registry.restore(var_from_json(d))
             if d.get("max_rate_eps"):
-                self.max_rates[var.full_name] = float(d["max_rate_eps"])
+                cloud.max_rates[var.full_name] = float(d["max_rate_eps"])
         for d in store.all("subscriptions"):
             st.restore(record_from_json(d))
-        self._load_condensations()
+        self.condensation.load()
         st.next_client_id = int(store.get_meta("next_client_id") or st.next_client_id)
         st.next_subscription = int(store.get_meta("next_subscription") or st.next_subscription)
-        self.current_mode = int(store.get_meta("current_mode") or 0)
-        self._load_modes()
-        self._load_flooding()
+        self.modes.load()
+        self.flooding.load()
         if st.subscriptions or st.endpoints:
             log.info("broker %s restored %d routers, %d publications, %d subscriptions", self.name,
                      len(st.endpoints), len(st.registry), len(st.subscriptions))
 
+    # -- router links and channel keys -----------------------------------------------------------
     def _new_link(self, ep: RouterEndpoint) -> RouterLink:
         link = RouterLink(ep, self.tls)
         link.keys = lambda d: self._channel_key(ep.router_id, d, ep.name)
@@ -190,7 +220,7 @@ class LeafBroker(SegmentsMixin, ModesMixin, FloodingMixin, CondensationMixin):
         if self.channel_keys is None:
             return 0
         n = 0
-        for name, other in list(self.links.items()):
+        for name, other in list(self.cloud.links.items()):
             if name == link.name or name in self.state.down:
                 continue
             for d in self.state.desired_channels(name):
@@ -228,10 +258,6 @@ class LeafBroker(SegmentsMixin, ModesMixin, FloodingMixin, CondensationMixin):
             return b""
         return self.channel_keys.client(ep.router_id, client_id)
 
-    def _save_counters(self) -> None:
-        self.store.set_meta("next_client_id", self.state.next_client_id)
-        self.store.set_meta("next_subscription", self.state.next_subscription)
-
     # -- topology ----------------------------------------------------------------------------
     async def add_router(self, ep: RouterEndpoint, role: RouterRole, capacity_eps: float) -> None:
         if ":" in ep.name or "/" in ep.name:
@@ -245,13 +271,13 @@ class LeafBroker(SegmentsMixin, ModesMixin, FloodingMixin, CondensationMixin):
             return
         if any(e.router_id == ep.router_id for e in self.state.endpoints.values()):
             raise ValidationError(f"router id {ep.router_id} is taken", field="router.router_id")
-        async with self.lock:
+        async with self.cloud.lock:
             self.state.topology.add_router(ep.name, role, capacity_eps)
             self.state.endpoints[ep.name] = ep
-            self.links[ep.name] = self._new_link(ep)
+            self.cloud.links[ep.name] = self._new_link(ep)
             # Not used for paths until the supervisor has reached it and opened its channels.
             self.state.down.add(ep.name)
-            self.resources_version += 1
+            self.cloud.resources_version += 1
             with self.store.transaction():
                 self.store.put_router(ep, role.value, capacity_eps)
         await self.supervisor.check(ep.name)
@@ -270,12 +296,12 @@ class LeafBroker(SegmentsMixin, ModesMixin, FloodingMixin, CondensationMixin):
         if (held.control_address, held.event_host, held.event_port) == \
                 (ep.control_address, ep.event_host, ep.event_port):
             return
-        async with self.lock:
+        async with self.cloud.lock:
             self.state.endpoints[ep.name] = ep
-            old = self.links.get(ep.name)
-            self.links[ep.name] = self._new_link(ep)
+            old = self.cloud.links.get(ep.name)
+            self.cloud.links[ep.name] = self._new_link(ep)
             self.state.down.add(ep.name)
-            self.resources_version += 1
+            self.cloud.resources_version += 1
             with self.store.transaction():
                 self.store.put_router(ep, role.value, router.capacity_eps)
         log.info("broker %s: router %s moved to %s:%d", self.name, ep.name, ep.event_host, ep.event_port)
@@ -293,13 +319,13 @@ class LeafBroker(SegmentsMixin, ModesMixin, FloodingMixin, CondensationMixin):
         """A router reports its events now go to another address (``--advertise-host``, the restarted
         pod's IP) before anyone registered it there: move it, and point its neighbours at it, before
         the supervisor rebuilds it (which makes it Ready; docs/kubernetes.md#upgrades)."""
-        async with self.lock:
+        async with self.cloud.lock:
             held = self.state.endpoints.get(name)
             if held is None or (held.event_host, held.event_port) == (event_host, event_port):
                 return
             ep = dataclasses.replace(held, event_host=event_host, event_port=event_port)
             self.state.endpoints[name] = ep
-            self.resources_version += 1
+            self.cloud.resources_version += 1
             router = self.state.topology.routers[name]
             with self.store.transaction():
                 self.store.put_router(ep, router.role.value, router.capacity_eps)
@@ -309,7 +335,7 @@ class LeafBroker(SegmentsMixin, ModesMixin, FloodingMixin, CondensationMixin):
             await self.supervisor.reconcile_now(neighbour)
 
     async def remove_router(self, name: str) -> None:
-        async with self.lock:
+        async with self.cloud.lock:
             used = [r.subscription_id for r in self.state.subscriptions.values()
                     if any(name in p.routers for _, paths in r.paths for p in paths)]
             if used:
@@ -317,8 +343,8 @@ class LeafBroker(SegmentsMixin, ModesMixin, FloodingMixin, CondensationMixin):
                                       field="name")
             removed = self.state.topology.remove_router(name)
             self.state.endpoints.pop(name, None)
-            self.resources_version += 1
-            link = self.links.pop(name, None)
+            self.cloud.resources_version += 1
+            link = self.cloud.links.pop(name, None)
             with self.store.transaction():
                 self.store.delete("routers", name)
                 for ch in removed:
@@ -330,7 +356,7 @@ class LeafBroker(SegmentsMixin, ModesMixin, FloodingMixin, CondensationMixin):
 
     async def add_channel(self, a: str, b: str, *, bandwidth_bps: float, latency_ms: float,
                           capacity_eps: float | None = None, both: bool = True) -> None:
-        async with self.lock:
+        async with self.cloud.lock:
             topo = self.state.topology
             for end, what in ((a, "a"), (b, "b")):
                 if end not in topo.routers:
@@ -342,7 +368,7 @@ class LeafBroker(SegmentsMixin, ModesMixin, FloodingMixin, CondensationMixin):
                     raise ValidationError(f"routers {src!r} -> {dst!r} are already joined", field="channel")
             added = [topo.add_channel(src, dst, bandwidth_bps=bandwidth_bps, latency_ms=latency_ms,
                                       event_capacity_eps=capacity_eps) for src, dst in pairs]
-            self.resources_version += 1
+            self.cloud.resources_version += 1
             with self.store.transaction():
                 for ch in added:
                     self.store.put("channels", ch.name, {"name": ch.name, "src": ch.src, "dst": ch.dst,
@@ -353,7 +379,7 @@ class LeafBroker(SegmentsMixin, ModesMixin, FloodingMixin, CondensationMixin):
         await self.supervisor.reconcile_now(b)
 
     async def remove_channel(self, a: str, b: str, *, both: bool = True) -> None:
-        async with self.lock:
+        async with self.cloud.lock:
             topo = self.state.topology
             names = [topo.channel_between(src, dst).name for src, dst in ([(a, b), (b, a)] if both else [(a, b)])]
             for r in self.state.subscriptions.values():
@@ -367,7 +393,7 @@ class LeafBroker(SegmentsMixin, ModesMixin, FloodingMixin, CondensationMixin):
                 for n in names:
                     topo.remove_channel(n)
                     self.store.delete("channels", n)
-            self.resources_version += 1
+            self.cloud.resources_version += 1
         await self.supervisor.reconcile_now(a)
         await self.supervisor.reconcile_now(b)
 
@@ -376,9 +402,9 @@ class LeafBroker(SegmentsMixin, ModesMixin, FloodingMixin, CondensationMixin):
                               *, first_time: bool = True, also: bool = False) -> tuple[int, bool]:
         """Register a client at its first edge router; with ``also``, attach a registered one at one more
         (a multi-homed client, docs/redundancy.md "Multi-homed clients": nothing it holds is dropped)."""
-        async with self.lock:
-            self.refuse_condensation_publisher(name, kind)
-            st = self.state
+        st, store = self.state, self.store
+        async with self.cloud.lock:
+            self.condensation.refuse_publisher(name, kind)
             old = st.clients.get((kind, name))
             known = old is not None and edge_router in old.edge_routers and \
                 old.address_at(edge_router) == (host, port)
@@ -394,16 +420,16 @@ class LeafBroker(SegmentsMixin, ModesMixin, FloodingMixin, CondensationMixin):
                     self.supervisor.mark_dirty(gone)
                 st.clients[(kind, name)] = dataclasses.replace(old, also=())
             client = st.register_client(name, kind, edge_router, host, port, also=also)
-            with self.store.transaction():
-                self.store.put_client(client)
-                self._save_counters()
+            with store.transaction():
+                store.put_client(client)
+                self.cloud.save_counters()
             if old is not None and not also and old.edge_router != edge_router:
                 self.supervisor.mark_dirty(old.edge_router)
-        link = self.links.get(edge_router)
+        link = self.cloud.links.get(edge_router)
         same = known and not restarted
-        if link is not None and edge_router not in self.state.down and not same:
+        if link is not None and edge_router not in st.down and not same:
             try:
-                if await installer.ensure_channel(link, self.state.desired_channel(edge_router, client.channel)):
+                if await installer.ensure_channel(link, st.desired_channel(edge_router, client.channel)):
                     self.supervisor.mark_dirty(edge_router)  # the channel was replaced: put its routes back
             except Exception as exc:  # the supervisor's reconciliation opens it later
                 log.warning("opening %s on %s: %s", client.channel, edge_router, exc)
@@ -411,24 +437,27 @@ class LeafBroker(SegmentsMixin, ModesMixin, FloodingMixin, CondensationMixin):
         return client.client_id, restarted
 
     async def _drop_client_state(self, name: str, kind: str) -> None:
+        """What a client held goes with it (under the lock): a subscriber's subscriptions and flood-all
+        subscription, a publisher's publications and their subscriptions."""
         st = self.state
         if kind == "subscriber":
             for sid in [r.subscription_id for r in st.subscriptions.values() if r.subscriber == name]:
-                await self._unsubscribe_locked(sid)
-            self.forget_flood_all(name)
+                await self.subscriptions.unsubscribe_locked(sid)
+            self.flooding.forget_flood_all(name)
         else:
             for var in [v for v in st.registry if v.publisher == name]:
-                await self._unregister_publication_locked(var.full_name)
+                await self.subscriptions.unregister_publication_locked(var.full_name)
 
     async def unregister_client(self, name: str, kind: str) -> int:
-        async with self.lock:
-            client = self.state.client(kind, name)
-            before = len(self.state.subscriptions)
+        st = self.state
+        async with self.cloud.lock:
+            client = st.client(kind, name)
+            before = len(st.subscriptions)
             await self._drop_client_state(name, kind)
-            del self.state.clients[(kind, name)]
+            del st.clients[(kind, name)]
             with self.store.transaction():
                 self.store.delete("clients", f"{kind}/{name}")
-            removed = before - len(self.state.subscriptions)
+            removed = before - len(st.subscriptions)
         for router in client.edge_routers:
             await self.supervisor.reconcile_now(router)
         return removed
@@ -437,188 +466,44 @@ class LeafBroker(SegmentsMixin, ModesMixin, FloodingMixin, CondensationMixin):
                                    priority: int, alert: bool = False, min_interval_ms: int = 0,
                                    edge_router: str, max_rate_eps: float | None = None) -> StatusVariable:
         """Register a publication; ``max_rate_eps`` is its advertised maximum rate (default: its interval's)."""
-        async with self.lock:
-            client = self.state.client("publisher", publisher)
+        st = self.state
+        async with self.cloud.lock:
+            client = st.client("publisher", publisher)
             if edge_router not in client.edge_routers:
                 raise Unauthorized(f"publisher {publisher!r} is registered at {', '.join(client.edge_routers)}, not "
                                    f"{edge_router!r}", field="edge_router")
             if max_rate_eps is not None:  # a negative or absurd rate is refused before anything changes
                 advertised_rate(StatusVariable(publisher, variable, type_spec, interval_ms, priority, alert,
                                                min_interval_ms), max_rate_eps)
-            var = self.state.registry.register(publisher, variable, type_spec, interval_ms=interval_ms,
-                                               priority=priority, alert=alert, min_interval_ms=min_interval_ms)
+            var = st.registry.register(publisher, variable, type_spec, interval_ms=interval_ms,
+                                       priority=priority, alert=alert, min_interval_ms=min_interval_ms)
             doc = var_to_json(var)
             if max_rate_eps is not None:
-                self.max_rates[var.full_name] = doc["max_rate_eps"] = advertised_rate(var, max_rate_eps)
+                self.cloud.max_rates[var.full_name] = doc["max_rate_eps"] = advertised_rate(var, max_rate_eps)
             else:
-                self.max_rates.pop(var.full_name, None)
+                self.cloud.max_rates.pop(var.full_name, None)
             with self.store.transaction():
                 self.store.put("publications", var.full_name, doc)
-            self.adverts_version += 1
-        self._sync_admission()
+            self.cloud.adverts_version += 1
+        self.subscriptions.sync_admission()
         return var
 
-    def _sync_admission(self) -> None:
-        """Tell the admission controller of a publication change now (it is also told before each request)."""
-        link = self.admission
-        if link is None:
-            return
-
-        async def sync() -> None:
-            try:
-                await link.sync(self)
-            except Exception as exc:  # told again before the next request
-                log.info("admission controller %s not updated now: %s", link.address, exc)
-
-        create_guarded_task(sync(), name=f"broker-{self.name}-advertise")
-
     async def unregister_publication(self, full_name: str) -> int:
-        async with self.lock:
-            return await self._unregister_publication_locked(full_name)
+        """Withdraw a publication and its subscriptions; returns how many subscriptions went."""
+        async with self.cloud.lock:
+            return await self.subscriptions.unregister_publication_locked(full_name)
 
-    async def _unregister_publication_locked(self, full_name: str) -> int:
-        var = self.state.registry.lookup(full_name)
-        sids = [r.subscription_id for r in self.state.subscriptions.values() if r.variable_id == var.variable_id]
-        for sid in sids:
-            await self._unsubscribe_locked(sid)
-        self.state.registry.unregister(full_name)
-        self.max_rates.pop(full_name, None)
-        with self.store.transaction():
-            self.store.delete("publications", full_name)
-        self.adverts_version += 1
-        self._sync_admission()
-        return len(sids)
-
-    # -- subscriptions -----------------------------------------------------------------------
+    # -- subscriptions (admitting.SubscriptionCoordinator) and mode changes (modes.ModeCoordinator) ----
     async def subscribe(self, subscriber: str, variable: str, type_spec: TypeSpec | None, qos: Iterable[ModeQoS],
                         *, edge_router: str, subscription_id: str = "") -> SubscriptionRecord:
-        split_variable_name(variable)
-        qos = tuple(qos)
-        self.check_modes_defined(q.mode for q in qos)
-        async with self.lock:
-            st = self.state
-            var = st.registry.lookup(variable)
-            if type_spec is not None and var.type != type_spec:
-                raise TypeMismatch(f"subscription to {variable!r} expects type {type_spec.name!r} but it is "
-                                   f"published as {var.type.name!r}", field="type")
-            client = st.client("subscriber", subscriber)
-            if edge_router not in client.edge_routers:
-                raise Unauthorized(f"subscriber {subscriber!r} is registered at {', '.join(client.edge_routers)}, "
-                                   f"not {edge_router!r}", field="edge_router")
-            sid = subscription_id or st.new_subscription_id()
-            record = st.admit(sid, subscriber, var, qos, edge_router)
-        # With an admission controller the reservation is tentative until it agrees (``consulting``):
-        # refused, it is undone here and the refusal carries the controller's reasons.
-        if self.admission is not None:
-            try:
-                consulted = await self.admission.consult(self, record)
-            except GridStatError:
-                async with self.lock:
-                    st.remove(sid)
-                raise
-            if consulted.partial:  # only part of the rate is guaranteed: best-effort routes
-                async with self.lock:
-                    record = dataclasses.replace(record, best_effort=True)
-                    st.subscriptions[sid] = record
-            self.admission_notes[sid] = consulted.note
-            while len(self.admission_notes) > 1024:
-                self.admission_notes.popitem(last=False)
-        # The decision and its reservation are made under the lock; the routers are written
-        # outside it, so that many installs can be in flight at once (a failure undoes the
-        # reservation, and the supervisor's reconciliation never adds what the state lacks).
-        try:
-            await self._apply(self._changes(record, install=True), persist=record)
-        except GridStatError:
-            async with self.lock:
-                st.remove(sid)
-            self.admission_notes.pop(sid, None)
-            if self.admission is not None:
-                await self.admission.release(self.name, sid)
-            raise
-        return record
-
-    async def _apply(self, changes: dict[str, RouterChange], *, persist: SubscriptionRecord | None = None) -> None:
-        """Write a change to the routers through the group commit (``broker.groupcommit``)."""
-        await self.writer.apply(changes, record=persist)
-
-    def _persist(self, records: list[SubscriptionRecord | None]) -> None:
-        with self.store.transaction():
-            for record in records:
-                if record is not None:
-                    self.store.put_subscription(record)
-            self._save_counters()
-
-    async def unsubscribe(self, subscription_id: str) -> int:
-        async with self.lock:
-            return await self._unsubscribe_locked(subscription_id)
-
-    async def _unsubscribe_locked(self, subscription_id: str) -> int:
-        record = self.state.remove(subscription_id)
-        if self.admission is not None and not record.segment:
-            await self.admission.release(self.name, subscription_id)
-        changes = self._changes(record, install=False)
-        up = {n: c for n, c in changes.items() if n not in self.state.down}
-        try:
-            await self._apply(up)
-        except GridStatError as exc:
-            # The subscription is gone from the state either way; a router that missed the
-            # removal is put right by reconciliation when it answers again.
-            log.warning("removing %s: %s; the routers will be reconciled", subscription_id, exc)
-            for name in up:
-                self.supervisor.mark_dirty(name)
-        with self.store.transaction():
-            self.store.delete("subscriptions", subscription_id)
-        return sum(len(c.remove) for c in changes.values())
+        return await self.subscriptions.subscribe(subscriber, variable, type_spec, qos, edge_router=edge_router,
+                                                  subscription_id=subscription_id)
 
     async def change_subscription(self, subscription_id: str, qos: ModeQoS) -> SubscriptionRecord:
-        """Change one mode's QoS in place: re-admitted, and the old QoS stays if it is rejected."""
-        self.check_modes_defined((qos.mode,))
-        async with self.lock:
-            old = self.state.subscriptions.get(subscription_id)
-            if old is None:
-                raise NotFound(f"no subscription {subscription_id!r}", field="subscription_id")
-            var = self.state.registry.by_id(old.variable_id)
-            new_qos = (*(q for q in old.qos if q.mode != qos.mode), qos)
-            self.state.remove(subscription_id)
-            try:
-                record = self.state.admit(subscription_id, old.subscriber, var, new_qos, old.edge_router)
-            except GridStatError:
-                self.state.restore(old)
-                raise
-            changes: dict[str, RouterChange] = {}
-            before = self._changes(old, install=False)
-            after = self._changes(record, install=True)
-            new_keys = {installer.route_key(r) for c in after.values() for r in c.install}
-            for name in {*before, *after}:
-                gone = tuple(k for k in before.get(name, RouterChange()).remove if k not in new_keys)
-                changes[name] = RouterChange(after.get(name, RouterChange()).install, gone)
-            try:
-                await installer.apply_transaction(self.links, changes)
-            except GridStatError:
-                self.state.remove(subscription_id)
-                self.state.restore(old)
-                raise
-            with self.store.transaction():
-                self.store.put_subscription(record)
-            return record
+        return await self.subscriptions.change(subscription_id, qos)
 
-    def _changes(self, record: SubscriptionRecord, *, install: bool) -> dict[str, RouterChange]:
-        per: dict[str, list[DesiredRoute]] = {}
-        for router, route in self.state.routes_of(record):
-            per.setdefault(router, []).append(route)
-        if install:
-            return {n: RouterChange(install=tuple(rs)) for n, rs in per.items()}
-        return {n: RouterChange(remove=tuple(installer.route_key(r) for r in rs)) for n, rs in per.items()}
+    async def unsubscribe(self, subscription_id: str) -> int:
+        return await self.subscriptions.unsubscribe(subscription_id)
 
-    def paths_of(self, record: SubscriptionRecord) -> dict[int, tuple[Path, ...]]:
-        return dict(record.paths)
-
-    async def _expire_before_pass(self) -> None:
-        if self._pending:
-            async with self.lock:
-                self._expire_pending()
-
-    @property
-    def rebuilds(self) -> int:
-        return self.supervisor.rebuilds
-
+    async def change_mode(self, target: int) -> ModeChange:
+        return await self.modes.change(target)

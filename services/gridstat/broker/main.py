@@ -216,8 +216,8 @@ async def _run(args: argparse.Namespace) -> None:
         from gridstat.broker.consulting import AdmissionLink
 
         admission_tls = TlsFiles(args.tls_cert, args.tls_key, args.admission_tls_ca) if args.admission_tls_ca else None
-        broker.admission = AdmissionLink(args.admission, tls=admission_tls,
-                                         deadline_s=args.admission_deadline_ms / 1000)
+        broker.subscriptions.admission = AdmissionLink(args.admission, tls=admission_tls,
+                                                       deadline_s=args.admission_deadline_ms / 1000)
     await broker.start()
     tel = telemetry.for_leaf_broker(broker, args)  # records decisions and mode changes; /metrics
     await tel.start()

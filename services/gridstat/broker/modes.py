@@ -17,6 +17,10 @@ undone (the edges go back to the old mode and subscribers are told the change wa
 in phases 3-5 the change rolls forward and the supervisor rebuilds the routers that missed it
 into the new mode, because by then part of the cloud already forwards the new mode's streams.
 
+At the leaf broker this is :class:`ModeCoordinator` (``LeafBroker.modes``), which owns the mode
+registry, the current mode and the change in progress; the other parts read the current mode
+from it. A parent broker delegates a change down its tree instead (``parent_modes``).
+
 Resources: every mode's paths were admitted against the capacities, and each router forwards
 under exactly one table at a time, so a channel never carries more than the larger of its two
 modes' reservations. ``check_switch`` re-checks the target mode against today's topology
@@ -25,7 +29,6 @@ modes' reservations. ``check_switch`` re-checks the target mode against today's 
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import time
@@ -46,10 +49,8 @@ from gridstat.errors import (
 from gridstat.v1 import router_pb2 as rpb
 
 if TYPE_CHECKING:
+    from gridstat.broker.cloud import Cloud
     from gridstat.broker.resources import Reservations
-    from gridstat.broker.state import CloudState
-    from gridstat.broker.store import BrokerStore
-    from gridstat.broker.supervisor import RouterSupervisor
 
 log = logging.getLogger(__name__)
 
@@ -150,87 +151,95 @@ class ModeChange:
 
 # -- the leaf broker's part -------------------------------------------------------------------------
 
-class ModesMixin:
-    """LeafBroker's mode commands; LeafBroker provides the state, links, lock and store."""
+class ModeCoordinator:
+    """The leaf broker's operating modes: it owns the mode registry, the current mode and the change
+    in progress; the routers are reached through the ``Cloud`` it is given."""
 
-    name: str
-    state: CloudState
-    links: dict[str, RouterLink]
-    lock: asyncio.Lock
-    store: BrokerStore
-    supervisor: RouterSupervisor
-    current_mode: int
-    modes: dict[int, str]
-    mode_changing: bool
-    mode_change_id: int
+    def __init__(self, cloud: Cloud) -> None:
+        self.cloud = cloud
+        #: Defined modes, id -> name (the registry; mode 0 "normal" until one is renamed).
+        self.names: dict[int, str] = dict(DEFAULT_MODES)
+        #: The mode the cloud's routers forward in.
+        self.current = 0
+        #: True while a five-phase change runs.
+        self.changing = False
+        #: Numbers the changes, so that routers tell a change's notices from an earlier one's.
+        self.change_id = 0
 
-    def _load_modes(self) -> None:
-        raw = self.store.get_meta("modes")
-        self.modes = {int(k): v for k, v in json.loads(raw).items()} if raw else dict(DEFAULT_MODES)
-        self.mode_change_id = int(self.store.get_meta("mode_change_id") or 0)
-        if self.current_mode not in self.modes:  # a state written before modes had names
-            self.modes[self.current_mode] = f"mode-{self.current_mode}"
+    def load(self) -> None:
+        """Restore the registry and the current mode from the store (a restarted broker)."""
+        store = self.cloud.store
+        self.current = int(store.get_meta("current_mode") or 0)
+        raw = store.get_meta("modes")
+        self.names = {int(k): v for k, v in json.loads(raw).items()} if raw else dict(DEFAULT_MODES)
+        self.change_id = int(store.get_meta("mode_change_id") or 0)
+        if self.current not in self.names:  # a state written before modes had names
+            self.names[self.current] = f"mode-{self.current}"
 
-    def define_mode(self, mode: int, name: str) -> tuple[int, str]:
-        self.modes = define(self.modes, mode, name)
-        self.store.set_meta("modes", json.dumps({str(k): v for k, v in sorted(self.modes.items())}))
-        return mode, self.modes[mode]
+    def define(self, mode: int, name: str) -> tuple[int, str]:
+        self.names = define(self.names, mode, name)
+        self.cloud.store.set_meta("modes", json.dumps({str(k): v for k, v in sorted(self.names.items())}))
+        return mode, self.names[mode]
 
-    def check_modes_defined(self, modes: Iterable[int]) -> None:
+    def check_defined(self, modes: Iterable[int]) -> None:
         """A subscription may only name defined modes (a typo would silently never switch in)."""
         for m in modes:
             check_mode_id(m, field_name="qos.mode")
-            if m not in self.modes:
+            if m not in self.names:
                 raise NotFound(f"mode {m} is not defined; define it first (DefineMode)", reason="UnknownMode",
                                field="qos.mode")
 
-    def mode_subscriptions(self) -> dict[int, int]:
+    def subscription_counts(self) -> dict[int, int]:
+        """How many subscriptions have a path in each mode."""
         counts: dict[int, int] = {}
-        for record in self.state.subscriptions.values():
+        for record in self.cloud.state.subscriptions.values():
             for q in record.qos:
                 counts[q.mode] = counts.get(q.mode, 0) + 1
         return counts
 
-    async def change_mode(self, target: int) -> ModeChange:
+    async def change(self, target: int) -> ModeChange:
         """Switch the cloud to ``target`` in five phases; a no-op when it is already current."""
+        name = self.cloud.name
         check_mode_id(target)
-        if target not in self.modes:
+        if target not in self.names:
             raise NotFound(f"mode {target} is not defined; define it first (DefineMode)", reason="UnknownMode",
                            field="mode")
-        if target == self.current_mode and not self.mode_changing:
-            return ModeChange(target, target, False, clouds=(self.name,))
-        if self.mode_changing:
-            raise ModeChangeInProgress(f"broker {self.name} is already changing mode; retry when it is done",
+        if target == self.current and not self.changing:
+            return ModeChange(target, target, False, clouds=(name,))
+        if self.changing:
+            raise ModeChangeInProgress(f"broker {name} is already changing mode; retry when it is done",
                                        field="mode")
-        self.mode_changing = True
+        self.changing = True
         try:
-            async with self.lock:
+            async with self.cloud.lock:
                 return await self._change_locked(target)
         finally:
-            self.mode_changing = False
+            self.changing = False
 
     async def _change_locked(self, target: int) -> ModeChange:
-        previous = self.current_mode
+        cloud, st = self.cloud, self.cloud.state
+        name, links, store = cloud.name, cloud.links, cloud.store
+        previous = self.current
         if target == previous:
-            return ModeChange(target, target, False, clouds=(self.name,))
-        problems = check_switch(self.state.topology, self.state.reservations(target), self.state.down)
+            return ModeChange(target, target, False, clouds=(name,))
+        problems = check_switch(st.topology, st.reservations(target), st.down)
         if problems:
             raise CapacityExhausted(f"mode {target} cannot be switched to now: " + "; ".join(problems),
                                     field="mode")
         started = time.perf_counter()
-        self.mode_change_id += 1
-        change_id = self.mode_change_id
-        self.store.set_meta("mode_change_id", change_id)
-        routers = [n for n in sorted(self.links) if n not in self.state.down]
-        skipped = [n for n in sorted(self.links) if n in self.state.down]
-        edges = [n for n in routers if self.state.topology.routers[n].role is RouterRole.EDGE]
+        self.change_id += 1
+        change_id = self.change_id
+        store.set_meta("mode_change_id", change_id)
+        routers = [n for n in sorted(links) if n not in st.down]
+        skipped = [n for n in sorted(links) if n in st.down]
+        edges = [n for n in routers if st.topology.routers[n].role is RouterRole.EDGE]
         inner = [n for n in routers if n not in edges]
         timings: list[PhaseTiming] = []
 
         async def phase(number: int, names: list[str], call: Callable[[RouterLink], Awaitable[Any]]) -> list[str]:
             t0 = time.perf_counter()
-            failed = await call_routers(self.links, names, call, what="mode change")
-            timings.append(PhaseTiming(self.name, number, len(names), (time.perf_counter() - t0) * 1000))
+            failed = await call_routers(links, names, call, what="mode change")
+            timings.append(PhaseTiming(name, number, len(names), (time.perf_counter() - t0) * 1000))
             return failed
 
         def notify(phase_kind: rpb.ModePhase.ValueType, mode: int) -> Callable[[RouterLink], Awaitable[Any]]:
@@ -250,25 +259,26 @@ class ModesMixin:
         # Phases 3-5: the point of no return; laggards are rebuilt into the new mode.
         lagging = await phase(3, inner, lambda link: link.stub.SetMode(set_new, timeout=PHASE_TIMEOUT_S))
         lagging += await phase(4, edges, lambda link: link.stub.SetMode(set_new, timeout=PHASE_TIMEOUT_S))
-        self.current_mode = target
-        self.store.set_meta("current_mode", target)
+        self.current = target
+        store.set_meta("current_mode", target)
         lagging += await phase(5, edges, notify(rpb.MODE_PHASE_COMMIT, target))
-        for name in (*lagging, *skipped):
-            self.supervisor.mark_dirty(name)
+        for router in (*lagging, *skipped):
+            cloud.supervisor.mark_dirty(router)
         if lagging:
-            log.warning("broker %s: mode %d -> %d; routers %s missed a phase and will be rebuilt", self.name,
+            log.warning("broker %s: mode %d -> %d; routers %s missed a phase and will be rebuilt", name,
                         previous, target, ", ".join(sorted(set(lagging))))
         return ModeChange(previous, target, True, (time.perf_counter() - started) * 1000, tuple(timings),
-                          (self.name,), tuple(sorted(set(lagging))))
+                          (name,), tuple(sorted(set(lagging))))
 
     async def _abandon(self, previous: int, edges: list[str], tell: Callable[[RouterLink], Awaitable[Any]]) -> None:
+        links = self.cloud.links
         back = rpb.SetModeRequest(mode=previous)
-        failed = await call_routers(self.links, edges, lambda link: link.stub.SetMode(back, timeout=PHASE_TIMEOUT_S),
+        failed = await call_routers(links, edges, lambda link: link.stub.SetMode(back, timeout=PHASE_TIMEOUT_S),
                                     what="mode change")
-        await call_routers(self.links, edges, tell, what="mode change")
-        for name in failed:
-            self.supervisor.mark_dirty(name)
+        await call_routers(links, edges, tell, what="mode change")
+        for router in failed:
+            self.cloud.supervisor.mark_dirty(router)
 
 
-__all__ = ["DEFAULT_MODES", "PHASE_NAMES", "ModeChange", "ModesMixin", "PhaseTiming", "check_mode_id",
+__all__ = ["DEFAULT_MODES", "PHASE_NAMES", "ModeChange", "ModeCoordinator", "PhaseTiming", "check_mode_id",
            "check_switch", "define", "resolve"]

@@ -1,9 +1,8 @@
-"""gRPC methods of the leaf broker for operating modes (protos/gridstat/v1/broker.proto), thin over LeafBroker."""
+"""The leaf broker's gRPC methods for operating modes (protos/gridstat/v1/broker.proto), over ``broker.modes``."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING
 
 from gridstat.broker import modes
 from gridstat.broker.modes import ModeChange
@@ -11,8 +10,6 @@ from gridstat.v1 import broker_pb2 as pb
 
 if TYPE_CHECKING:
     from gridstat.broker.leaf import LeafBroker
-
-T = TypeVar("T")
 
 
 def change_to_pb(c: ModeChange) -> pb.ChangeModeReply:
@@ -23,36 +20,28 @@ def change_to_pb(c: ModeChange) -> pb.ChangeModeReply:
                                duration_ms=p.duration_ms) for p in c.phases])
 
 
-class ModesServicerMixin:
-    """Mixed into QoSBrokerServicer; uses ``self.broker`` and ``self._run``."""
+class ModeHandlers:
+    """The mode RPCs of ``QoSBrokerServicer``, over the broker's ``modes`` part; the servicer runs them
+    guarded (``core.rpc.guarded``)."""
 
-    broker: LeafBroker
+    def __init__(self, broker: LeafBroker) -> None:
+        self.broker = broker
 
-    async def _run(self, context: Any, call: Callable[[], Awaitable[T]]) -> T:
-        raise NotImplementedError
-
-    def _modes_reply(self) -> pb.ListModesReply:
-        b = self.broker
-        counts = b.mode_subscriptions()
+    async def list_modes(self) -> pb.ListModesReply:
+        m = self.broker.modes
+        counts = m.subscription_counts()
         return pb.ListModesReply(
-            modes=[pb.ModeInfo(mode=m, name=n, current=m == b.current_mode, subscriptions=counts.get(m, 0))
-                   for m, n in sorted(b.modes.items())],
-            current_mode=b.current_mode, changing=b.mode_changing)
+            modes=[pb.ModeInfo(mode=mode, name=n, current=mode == m.current, subscriptions=counts.get(mode, 0))
+                   for mode, n in sorted(m.names.items())],
+            current_mode=m.current, changing=m.changing)
 
-    async def DefineMode(self, request: pb.DefineModeRequest, context: Any) -> pb.ModeInfo:
-        async def call() -> pb.ModeInfo:
-            mode, name = self.broker.define_mode(request.mode, request.name)
-            return pb.ModeInfo(mode=mode, name=name, current=mode == self.broker.current_mode,
-                               subscriptions=self.broker.mode_subscriptions().get(mode, 0))
-        return await self._run(context, call)
+    async def define_mode(self, request: pb.DefineModeRequest) -> pb.ModeInfo:
+        m = self.broker.modes
+        mode, name = m.define(request.mode, request.name)
+        return pb.ModeInfo(mode=mode, name=name, current=mode == m.current,
+                           subscriptions=m.subscription_counts().get(mode, 0))
 
-    async def ListModes(self, request: pb.ListModesRequest, context: Any) -> pb.ListModesReply:
-        async def call() -> pb.ListModesReply:
-            return self._modes_reply()
-        return await self._run(context, call)
-
-    async def ChangeMode(self, request: pb.ChangeModeRequest, context: Any) -> pb.ChangeModeReply:
-        async def call() -> pb.ChangeModeReply:
-            target = modes.resolve(self.broker.modes, mode=request.mode, name=request.name)
-            return change_to_pb(await self.broker.change_mode(target))
-        return await self._run(context, call)
+    async def change_mode(self, request: pb.ChangeModeRequest) -> pb.ChangeModeReply:
+        target = modes.resolve(self.broker.modes.names, mode=request.mode, name=request.name)
+        # Through the front's ``change_mode``, which telemetry records (docs/telemetry.md).
+        return change_to_pb(await self.broker.change_mode(target))

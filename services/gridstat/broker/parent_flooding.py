@@ -23,38 +23,24 @@ it its own height as level (``ParentBroker.add_channel``).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING
 
 import grpc
 
 from gridstat.broker import parent as plan
 from gridstat.broker.flooding import FloodingHolder, check_level, check_modes
-from gridstat.broker.flooding_service import entries_pb, publication_from_pb, publication_pb
+from gridstat.broker.flooding_service import publication_from_pb, publication_pb
 from gridstat.core.model import split_variable_name
 from gridstat.errors import ChannelUnavailable, NotFound, UnknownVariable
 from gridstat.v1 import broker_pb2 as pb
 
 if TYPE_CHECKING:
-    from gridstat.broker.parent_service import ParentBroker
+    from gridstat.broker.parent_modes import ParentModes
+    from gridstat.broker.parent_store import ParentStore
+    from gridstat.broker.subtree import Subtree
 
-T = TypeVar("T")
 #: A child's whole subtree is told within one call.
 CHILD_TIMEOUT_S = 30.0
-_TOPOLOGY_TIMEOUT_S = 5.0
-
-
-async def height(broker: ParentBroker) -> int:
-    """This broker's height in the hierarchy: 1 + its tallest child's (a leaf is 1)."""
-
-    async def of(child: pb.ChildBroker) -> int:
-        if child.leaf:
-            return 1
-        view: pb.TopologyView = await broker.peers(child.address).broker.GetTopology(
-            pb.GetTopologyRequest(), timeout=_TOPOLOGY_TIMEOUT_S)
-        return 1 + max([await of(c) for c in view.children], default=1)
-
-    return 1 + max([await of(c) for c in list(broker.children.values())], default=1)
 
 
 def child_requests(holder: FloodingHolder, modes: tuple[int, ...], *, in_scope: bool,
@@ -77,69 +63,67 @@ def child_requests(holder: FloodingHolder, modes: tuple[int, ...], *, in_scope: 
 
 
 class ParentFlooding:
-    """The flooded variables of one parent broker and their propagation to its children."""
+    """The flooded variables of one parent broker and their propagation to its children.
 
-    def __init__(self, broker: ParentBroker) -> None:
-        self.broker = broker
+    It owns the holders; the children and where each publisher's cloud is come from the parent's
+    ``Subtree``, the current mode from its ``ParentModes``.
+    """
+
+    def __init__(self, name: str, store: ParentStore, tree: Subtree, modes: ParentModes) -> None:
+        self.name, self.store, self.tree, self.modes = name, store, tree, modes
         self.holders: dict[str, FloodingHolder] = {}
-        for d in broker.store.all("flooding"):
+        for d in store.all("flooding"):
             h = FloodingHolder.from_json(d)
             self.holders[h.name] = h
         self._lock = asyncio.Lock()
 
-    async def height(self) -> int:
-        return await height(self.broker)
-
     async def set(self, r: pb.BrokerFloodingRequest) -> FloodingHolder:
         split_variable_name(r.variable)
-        h = await self.height()
+        h = await self.tree.height()
         level = check_level(r.level, height=h, from_parent=r.from_parent)
-        ms = check_modes(r.modes) or (self.broker.modes.current_mode,)
+        ms = check_modes(r.modes) or (self.modes.current_mode,)
         async with self._lock:
-            await self.broker.refresh()
-            pub = r.publication if r.from_parent and r.publication.variable else await self.broker.resolve(r.variable)
+            await self.tree.refresh()
+            pub = r.publication if r.from_parent and r.publication.variable else await self.tree.resolve(r.variable)
             if pub is None:
-                raise UnknownVariable(f"no cloud under {self.broker.name!r} publishes {r.variable!r}", field="variable")
+                raise UnknownVariable(f"no cloud under {self.name!r} publishes {r.variable!r}", field="variable")
             var = publication_from_pb(pub)
             holder = self.holders.get(var.full_name) or FloodingHolder(var)
             holder.var, holder.cloud = var, pub.cloud or holder.cloud
             holder.set(ms, level, from_parent=r.from_parent)
             self.holders[holder.name] = holder
-            self.broker.store.put("flooding", holder.name, holder.to_json())
+            self.store.put("flooding", holder.name, holder.to_json())
             await self._push(holder, ms, h)
             return holder
 
     async def remove(self, r: pb.BrokerFloodingRequest) -> FloodingHolder | None:
         split_variable_name(r.variable)
-        ms = check_modes(r.modes) or (self.broker.modes.current_mode,)
+        ms = check_modes(r.modes) or (self.modes.current_mode,)
         async with self._lock:
             holder = self.holders.get(r.variable)
             if holder is None:
                 if r.from_parent:
                     return None
-                raise NotFound(f"{r.variable!r} is not flooded by {self.broker.name!r}", field="variable")
+                raise NotFound(f"{r.variable!r} is not flooded by {self.name!r}", field="variable")
             if not holder.remove(ms, from_parent=r.from_parent) and not r.from_parent:
-                raise NotFound(f"{r.variable!r} is not flooded by {self.broker.name!r} in modes {list(ms)}",
+                raise NotFound(f"{r.variable!r} is not flooded by {self.name!r} in modes {list(ms)}",
                                field="modes")
             if holder.empty:
                 del self.holders[holder.name]
-                self.broker.store.delete("flooding", holder.name)
+                self.store.delete("flooding", holder.name)
             else:
-                self.broker.store.put("flooding", holder.name, holder.to_json())
-            await self.broker.refresh()
-            await self._push(holder, ms, await self.height())
+                self.store.put("flooding", holder.name, holder.to_json())
+            await self.tree.refresh()
+            await self._push(holder, ms, await self.tree.height())
             return holder
 
-    def list(self) -> list[FloodingHolder]:
-        return [self.holders[n] for n in sorted(self.holders)]
-
     async def _push(self, holder: FloodingHolder, modes: tuple[int, ...], h: int) -> None:
-        b = self.broker
-        home = plan.child_for(holder.cloud, b.child_clouds) if holder.cloud else None
+        tree = self.tree
+        home = plan.child_for(holder.cloud, tree.child_clouds) if holder.cloud else None
         failed: list[str] = []
-        for name in sorted(b.children):
-            child = b.children[name]
-            stub = b.peers(child.address).broker
+        for name in sorted(tree.children):
+            child = tree.children[name]
+            stub = tree.peers(child.address).broker
             try:
                 for is_set, req in child_requests(holder, modes, in_scope=name == home, height=h):
                     call = stub.SetFlooding if is_set else stub.RemoveFlooding
@@ -147,34 +131,8 @@ class ParentFlooding:
             except grpc.aio.AioRpcError as exc:
                 failed.append(f"{name} ({exc.code().name}: {exc.details()})")
         if failed:
-            raise ChannelUnavailable(f"flooding of {holder.name!r} is stored at {b.name!r} but did not reach "
+            raise ChannelUnavailable(f"flooding of {holder.name!r} is stored at {self.name!r} but did not reach "
                                      f"children {', '.join(failed)}; repeat the request", field="children")
 
-
-class ParentFloodingServicerMixin:
-    """Mixed into ParentServicer; uses ``self.broker.flooding`` and ``self._run``."""
-
-    broker: ParentBroker
-
-    if TYPE_CHECKING:
-        async def _run(self, context: Any, call: Callable[[], Awaitable[T]]) -> T: ...
-
-    async def SetFlooding(self, request: pb.BrokerFloodingRequest, context: Any) -> pb.BrokerFloodingReply:
-        async def call() -> pb.BrokerFloodingReply:
-            holder = await self.broker.flooding.set(request)
-            return pb.BrokerFloodingReply(flooding=entries_pb([holder]))
-        return await self._run(context, call)
-
-    async def RemoveFlooding(self, request: pb.BrokerFloodingRequest, context: Any) -> pb.BrokerFloodingReply:
-        async def call() -> pb.BrokerFloodingReply:
-            holder = await self.broker.flooding.remove(request)
-            return pb.BrokerFloodingReply(flooding=entries_pb([] if holder is None else [holder]))
-        return await self._run(context, call)
-
-    async def ListFlooding(self, request: pb.ListFloodingRequest, context: Any) -> pb.BrokerFloodingReply:
-        return pb.BrokerFloodingReply(flooding=entries_pb(self.broker.flooding.list()))
-
-    async def SetFloodAll(self, request: pb.SetFloodAllRequest, context: Any) -> pb.BrokerFloodingReply:
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "SetFloodAll is a leaf broker call: a flood-all "
-                            "subscription is set at the subscriber's own cloud (through its edge router)")
-        raise AssertionError("unreachable: abort raises")
+    def list(self) -> list[FloodingHolder]:
+        return [self.holders[n] for n in sorted(self.holders)]

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING
 
 import grpc
 
@@ -23,10 +22,8 @@ from gridstat.v1 import broker_pb2 as pb
 
 if TYPE_CHECKING:
     from gridstat.broker.delegation import Peers
-    from gridstat.broker.parent_service import ParentBroker
     from gridstat.broker.parent_store import ParentStore
 
-T = TypeVar("T")
 #: A child's whole subtree switches within one call; generous, a leaf takes tens of ms.
 CHILD_TIMEOUT_S = 60.0
 
@@ -96,31 +93,3 @@ class ParentModes:
         return pb.ListModesReply(
             modes=[pb.ModeInfo(mode=m, name=n, current=m == self.current_mode) for m, n in sorted(self.modes.items())],
             current_mode=self.current_mode, changing=self.changing)
-
-
-class ParentModesServicerMixin:
-    """Mixed into ParentServicer; uses ``self.broker.modes`` and ``self._run``."""
-
-    broker: ParentBroker
-
-    async def _run(self, context: Any, call: Callable[[], Awaitable[T]]) -> T:
-        raise NotImplementedError
-
-    async def DefineMode(self, request: pb.DefineModeRequest, context: Any) -> pb.ModeInfo:
-        async def call() -> pb.ModeInfo:
-            pm = self.broker.modes
-            mode, name = await pm.define(request.mode, request.name)
-            return pb.ModeInfo(mode=mode, name=name, current=mode == pm.current_mode)
-        return await self._run(context, call)
-
-    async def ListModes(self, request: pb.ListModesRequest, context: Any) -> pb.ListModesReply:
-        async def call() -> pb.ListModesReply:
-            pm = self.broker.modes
-            return pm.list()
-        return await self._run(context, call)
-
-    async def ChangeMode(self, request: pb.ChangeModeRequest, context: Any) -> pb.ChangeModeReply:
-        async def call() -> pb.ChangeModeReply:
-            pm = self.broker.modes
-            return await pm.change(modes.resolve(pm.modes, mode=request.mode, name=request.name))
-        return await self._run(context, call)

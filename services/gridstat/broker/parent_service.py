@@ -6,6 +6,13 @@ whose subtree holds ``key.cloud`` (or keeps, for ``SEGMENT_KIND_CHANNEL`` on a c
 registered here). Its view of the subtree (leaf clouds per child, channels registered
 below) is read from the children's ``GetTopology`` when needed; what it decided is in
 ``ParentStore`` and survives a restart.
+
+``ParentBroker`` is a front object over its parts, each owning its piece of state: ``tree``
+(``subtree.Subtree``: the children and the clouds below them), ``modes``
+(``parent_modes.ParentModes``: the mode registry and the change down the tree) and ``flooding``
+(``parent_flooding.ParentFlooding``: the flooded variables); it keeps the inter-cloud channels
+registered here and the inter-cloud subscriptions itself. ``ParentServicer`` and
+``ParentSegmentsServicer`` delegate to them.
 """
 
 from __future__ import annotations
@@ -13,12 +20,12 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import asdict
-from typing import Any, TypeVar
+from typing import Any
 
 import grpc
 
+from gridstat.broker import modes
 from gridstat.broker import parent as plan
 from gridstat.broker.delegation import (
     RPC_TIMEOUT_S,
@@ -29,28 +36,30 @@ from gridstat.broker.delegation import (
     release_pieces,
     reserve_pieces,
 )
-from gridstat.broker.parent_flooding import ParentFlooding, ParentFloodingServicerMixin
-from gridstat.broker.parent_modes import ParentModes, ParentModesServicerMixin
+from gridstat.broker.flooding_service import entries_pb
+from gridstat.broker.parent_flooding import ParentFlooding
+from gridstat.broker.parent_modes import ParentModes
 from gridstat.broker.parent_store import ParentStore
 from gridstat.broker.rejections import NoFeasiblePath
 from gridstat.broker.service import ADMISSION_ERRORS, qos_from_pb, rejection
+from gridstat.broker.subtree import Subtree
 from gridstat.core import rpc
 from gridstat.core.tls import TlsFiles
 from gridstat.errors import GridStatError, NotFound, TypeMismatch, UnknownVariable, ValidationError
 from gridstat.v1 import broker_pb2 as pb
 from gridstat.v1 import broker_pb2_grpc as pb_grpc
 
-T = TypeVar("T")
 _LEAF_ONLY = "is a leaf broker call; a parent broker does not own routers or clients"
 
 
 class ParentBroker:
+    """One parent QoS broker: the front over its subtree view, its modes and its flooding (module docstring)."""
+
     def __init__(self, name: str, store: ParentStore, *, parent: str = "", tls: TlsFiles | None = None) -> None:
         self.name, self.store, self.parent = name, store, parent
         self.peers = Peers(tls)
-        self.children: dict[str, pb.ChildBroker] = {}
-        self.child_clouds: dict[str, frozenset[str]] = {}
-        self.below: list[plan.InterChannel] = []
+        #: The children and the clouds below them (``subtree``).
+        self.tree = Subtree(name, self.peers)
         self.books = plan.InterCloudBooks()
         self.subs: dict[str, InterSub] = {}
         self.forwarded: dict[str, dict[str, Any]] = {}
@@ -61,10 +70,11 @@ class ParentBroker:
         #: Key the inter-cloud channels this broker registers (``--channel-auth routers|all``): a random
         #: 32-byte key per channel, sent to both leaves with AddInterCloudChannel (docs/security.md).
         self.channel_auth = False
-        self.modes = ParentModes(name, store, self.peers, self.children)
-        self.flooding = ParentFlooding(self)
+        #: The parts, each owning its piece of state: the modes and the flooded variables.
+        self.modes = ParentModes(name, store, self.peers, self.tree.children)
+        self.flooding = ParentFlooding(name, store, self.tree, self.modes)
         for d in store.all("child"):
-            self.children[d["name"]] = pb.ChildBroker(**d)
+            self.tree.children[d["name"]] = pb.ChildBroker(**d)
         for d in store.all("channel"):
             self.books.add(plan.InterChannel(**d))
         for d in store.all("sub"):
@@ -79,6 +89,11 @@ class ParentBroker:
             self.books.reserve(d["key"], d["mode"], plan.Hop(**d["hop"]), d["variable_id"], d["pub_interval_ms"],
                                d["interval_ms"])
 
+    @property
+    def children(self) -> dict[str, pb.ChildBroker]:
+        """The child brokers by name (``tree.children``)."""
+        return self.tree.children
+
     def _reserve_local(self, key: str, h: Held, s: InterSub) -> None:
         ca, cb = h.key_cloud.split(">")
         hop = next(x for ch in self.books.channels.values() for x in ch.hops()
@@ -90,83 +105,38 @@ class ParentBroker:
         await self.peers.close()
         self.store.close()
 
-    def _addr(self) -> dict[str, str]:
-        return {n: c.address for n, c in self.children.items()}
-
-    # -- the subtree ---------------------------------------------------------------------------
-    async def refresh(self) -> None:
-        async def view(c: pb.ChildBroker) -> pb.TopologyView:
-            v: pb.TopologyView = await self.peers(c.address).broker.GetTopology(pb.GetTopologyRequest(),
-                                                                                timeout=RPC_TIMEOUT_S)
-            return v
-        kids = list(self.children.values())
-        views = await asyncio.gather(*(view(c) for c in kids), return_exceptions=True)
-        below: list[plan.InterChannel] = []
-        for c, v in zip(kids, views, strict=True):
-            if isinstance(v, BaseException):
-                continue  # unreachable child: keep what we knew
-            self.child_clouds[c.name] = frozenset([c.name] if c.leaf else v.clouds)
-            if not c.leaf:
-                below += [plan.InterChannel(x.cloud_a, x.router_a, x.cloud_b, x.router_b, float(x.bandwidth_bps),
-                                            x.latency_ms) for x in v.inter_cloud_channels]
-        self.below = below
-
-    def subtree(self) -> frozenset[str]:
-        return frozenset().union(*self.child_clouds.values()) if self.child_clouds else frozenset()
-
-    async def leaf_address(self, cloud: str) -> str:
-        """Walk down the subtree to the leaf broker of ``cloud``."""
-        kids = dict(self.children)
-        clouds = dict(self.child_clouds)
-        for _ in range(32):
-            name = plan.child_for(cloud, clouds)
-            if name is None:
-                break
-            child = kids[name]
-            if child.leaf:
-                return child.address
-            v = await self.peers(child.address).broker.GetTopology(pb.GetTopologyRequest(), timeout=RPC_TIMEOUT_S)
-            kids = {c.name: c for c in v.children}
-            clouds = {c.name: frozenset([c.name]) for c in v.children if c.leaf}
-            for c in v.children:
-                if not c.leaf:
-                    sub = await self.peers(c.address).broker.GetTopology(pb.GetTopologyRequest(),
-                                                                         timeout=RPC_TIMEOUT_S)
-                    clouds[c.name] = frozenset(sub.clouds)
-        raise NotFound(f"cloud {cloud!r} is not in the subtree of {self.name!r}", field="cloud")
-
     # -- children and channels -----------------------------------------------------------------
     async def add_child(self, c: pb.ChildBroker) -> None:
         if not c.name or not c.address:
             raise ValidationError("a child needs a name and an address", field="child")
         health = await self.peers(c.address).broker.Health(pb.BrokerHealthRequest(), timeout=RPC_TIMEOUT_S)
         child = pb.ChildBroker(name=c.name, address=c.address, leaf=health.leaf)
-        self.children[c.name] = child
+        self.tree.children[c.name] = child
         self.store.put("child", c.name, {"name": c.name, "address": c.address, "leaf": health.leaf})
         self.version += 1
-        await self.refresh()
+        await self.tree.refresh()
 
     async def remove_child(self, name: str) -> None:
-        if name not in self.children:
+        if name not in self.tree.children:
             raise NotFound(f"no child broker {name!r}", field="name")
         if any(h.via == name for s in self.subs.values() for h in s.held):
             raise ValidationError(f"child {name!r} carries inter-cloud subscriptions", field="name")
-        del self.children[name]
-        self.child_clouds.pop(name, None)
+        del self.tree.children[name]
+        self.tree.child_clouds.pop(name, None)
         self.store.delete("child", name)
         self.version += 1
 
     async def add_channel(self, c: pb.InterCloudChannel) -> None:
-        await self.refresh()
-        owner = plan.channel_owner(c.cloud_a, c.cloud_b, self.child_clouds)
+        await self.tree.refresh()
+        owner = plan.channel_owner(c.cloud_a, c.cloud_b, self.tree.child_clouds)
         if c.cloud_a == c.cloud_b:
             raise ValidationError("an inter-cloud channel joins two different clouds", field="channel.cloud_b")
         if owner is not None:  # both clouds below one child: the LCA is further down
-            await self.peers(self.children[owner].address).broker.AddInterCloudChannel(
+            await self.peers(self.tree.children[owner].address).broker.AddInterCloudChannel(
                 pb.AddInterCloudChannelRequest(channel=c), timeout=RPC_TIMEOUT_S * 2)
             return
         ch = plan.InterChannel(c.cloud_a, c.router_a, c.cloud_b, c.router_b, float(c.bandwidth_bps), c.latency_ms)
-        addr_a, addr_b = await self.leaf_address(c.cloud_a), await self.leaf_address(c.cloud_b)
+        addr_a, addr_b = await self.tree.leaf_address(c.cloud_a), await self.tree.leaf_address(c.cloud_b)
         info: dict[str, pb.RouterInfo] = {}
         for addr, router in ((addr_a, c.router_a), (addr_b, c.router_b)):
             v = await self.peers(addr).broker.GetTopology(pb.GetTopologyRequest(), timeout=RPC_TIMEOUT_S)
@@ -174,7 +144,7 @@ class ParentBroker:
             if not found:
                 raise NotFound(f"cloud {v.broker!r} has no router {router!r}", field="channel")
             info[router] = found[0]
-        level = await self.flooding.height()  # this broker is the channel's LCA: its height is the level
+        level = await self.tree.height()  # this broker is the channel's LCA: its height is the level
         key = os.urandom(32) if self.channel_auth else b""
         self.books.add(ch)  # validates (duplicates, bandwidth) before the leaves are touched
         told: list[tuple[str, str, str]] = []
@@ -201,8 +171,8 @@ class ParentBroker:
         key = tuple(sorted((router_a, router_b)))
         ch = self.books.channels.get((key[0], key[1]))
         if ch is None:
-            for child in self.children.values():
-                if any({x.router_a, x.router_b} == {router_a, router_b} for x in self.below) and not child.leaf:
+            for child in self.tree.children.values():
+                if any({x.router_a, x.router_b} == {router_a, router_b} for x in self.tree.below) and not child.leaf:
                     await self.peers(child.address).broker.RemoveInterCloudChannel(
                         pb.RemoveInterCloudChannelRequest(router_a=router_a, router_b=router_b),
                         timeout=RPC_TIMEOUT_S)
@@ -210,38 +180,22 @@ class ParentBroker:
             raise NotFound(f"no inter-cloud channel {router_a} - {router_b}", field="channel")
         self.books.remove(ch.router_a, ch.router_b)
         for cloud, ra, rb in ((ch.cloud_a, ch.router_a, ch.router_b), (ch.cloud_b, ch.router_b, ch.router_a)):
-            addr = await self.leaf_address(cloud)
+            addr = await self.tree.leaf_address(cloud)
             await self.peers(addr).broker.RemoveInterCloudChannel(
                 pb.RemoveInterCloudChannelRequest(router_a=ra, router_b=rb), timeout=RPC_TIMEOUT_S)
         self.store.delete("channel", f"{ch.router_a}|{ch.router_b}")
         self.version += 1
 
     # -- inter-cloud subscriptions ---------------------------------------------------------------
-    async def resolve(self, variable: str) -> pb.Publication | None:
-        for child in self.children.values():
-            try:
-                r = await self.peers(child.address).segments.ResolveVariable(
-                    pb.ResolveVariableRequest(variable=variable), timeout=RPC_TIMEOUT_S)
-            except grpc.aio.AioRpcError as exc:
-                if exc.code() in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNAVAILABLE,
-                                  grpc.StatusCode.DEADLINE_EXCEEDED):
-                    continue
-                raise
-            pub: pb.Publication = r.publication
-            if child.leaf:
-                pub.cloud = child.name
-            return pub
-        return None
-
     async def subscribe(self, s: pb.Subscription) -> pb.SubscribeReply:
         if not s.subscription_id or not s.cloud or not s.qos:
             raise ValidationError("a delegated subscription needs its id, cloud and qos", field="subscription")
         qos = [qos_from_pb(q) for q in s.qos]
         if s.subscription_id in self.subs:
             return self.subs[s.subscription_id].reply()
-        await self.refresh()
-        pub = await self.resolve(s.variable)
-        action = plan.decide(pub.cloud if pub else None, s.cloud, self.subtree(), has_parent=bool(self.parent))
+        await self.tree.refresh()
+        pub = await self.tree.resolve(s.variable)
+        action = plan.decide(pub.cloud if pub else None, s.cloud, self.tree.clouds(), has_parent=bool(self.parent))
         if action == "unknown":
             raise UnknownVariable(f"no cloud under {self.name!r} publishes {s.variable!r}", field="variable")
         if action == "up":
@@ -264,9 +218,9 @@ class ParentBroker:
             try:
                 for q in qos:
                     sub.held += await self._admit_mode(sub, q, pub.edge_router)
-                await commit_pieces(self.peers, self._addr(), sub.subscription_id, sub.held)
+                await commit_pieces(self.peers, self.tree.addresses(), sub.subscription_id, sub.held)
             except BaseException:
-                await release_pieces(self.peers, self._addr(), self.books, sub.subscription_id, sub.held)
+                await release_pieces(self.peers, self.tree.addresses(), self.books, sub.subscription_id, sub.held)
                 raise
             self.subs[sub.subscription_id] = sub
             self.store.put("sub", sub.subscription_id, sub.to_json())
@@ -274,7 +228,7 @@ class ParentBroker:
 
     async def _admit_mode(self, sub: InterSub, q: Any, publisher_edge: str) -> list[Held]:
         minimum: dict[str, float] = {}
-        channels = [*self.books.channels.values(), *self.below]
+        channels = [*self.books.channels.values(), *self.tree.below]
         for attempt in (0, 1):
             usable = self.books.usable(q.mode, sub.variable_id, sub.pub_interval_ms, q.interval_ms)
             hops = plan.cloud_path(channels, sub.pub_cloud, sub.cloud, usable=usable, crossing=minimum)
@@ -286,11 +240,11 @@ class ParentBroker:
             budgets = plan.split_budgets(q.latency_ms, sub.pub_cloud, hops, minimum)
             segments = plan.plan_segments(sub.pub_cloud, hops, budgets, publisher_edge=publisher_edge,
                                           subscriber_edge=sub.edge_router, subscriber=sub.subscriber)
-            held, errors = await reserve_pieces(self.peers, self._addr(), self.child_clouds, self.books, sub, q,
-                                                hops, segments)
+            held, errors = await reserve_pieces(self.peers, self.tree.addresses(), self.tree.child_clouds, self.books,
+                                                sub, q, hops, segments)
             if not errors:
                 return held
-            await release_pieces(self.peers, self._addr(), self.books, sub.subscription_id, held)
+            await release_pieces(self.peers, self.tree.addresses(), self.books, sub.subscription_id, held)
             latency = [e for e in errors if e.reason == "LatencyUnattainable"]
             if attempt == 1 or len(latency) != len(errors):
                 raise errors[0]
@@ -305,7 +259,7 @@ class ParentBroker:
         if sid in self.subs:
             async with self.lock:
                 sub = self.subs.pop(sid)
-                n = await release_pieces(self.peers, self._addr(), self.books, sid, sub.held)
+                n = await release_pieces(self.peers, self.tree.addresses(), self.books, sid, sub.held)
                 self.store.delete("sub", sid)
             return n
         if sid in self.forwarded:
@@ -329,8 +283,8 @@ class ParentBroker:
         local = f"{key.subscription_id}.m{key.mode}.r{key.redundant_index}.{key.cloud}"
         if ">" in key.cloud:
             ca, cb = key.cloud.split(">", 1)
-            return plan.channel_owner(ca, cb, self.child_clouds), local
-        child = plan.child_for(key.cloud, self.child_clouds)
+            return plan.channel_owner(ca, cb, self.tree.child_clouds), local
+        child = plan.child_for(key.cloud, self.tree.child_clouds)
         if child is None:
             raise NotFound(f"cloud {key.cloud!r} is not under {self.name!r}", field="key.cloud")
         return child, local
@@ -369,18 +323,19 @@ class ParentBroker:
                                     bandwidth_bps=int(c.bandwidth_bps), latency_ms=c.latency_ms)
                for c in self.books.channels.values()]
         below = [pb.InterCloudChannel(cloud_a=c.cloud_a, router_a=c.router_a, cloud_b=c.cloud_b, router_b=c.router_b,
-                                      bandwidth_bps=int(c.bandwidth_bps), latency_ms=c.latency_ms) for c in self.below]
-        return pb.TopologyView(broker=self.name, parent=self.parent, children=list(self.children.values()),
+                                      bandwidth_bps=int(c.bandwidth_bps), latency_ms=c.latency_ms)
+                 for c in self.tree.below]
+        return pb.TopologyView(broker=self.name, parent=self.parent, children=list(self.tree.children.values()),
                                inter_cloud_channels=own + below, topology_version=self.version,
-                               clouds=sorted(self.subtree()))
+                               clouds=sorted(self.tree.clouds()))
 
 
-class ParentServicer(ParentModesServicerMixin, ParentFloodingServicerMixin, pb_grpc.QoSBrokerServicer):
+class ParentServicer(pb_grpc.QoSBrokerServicer):
+    """The QoSBroker service of a parent broker: the hierarchy's calls, over ``ParentBroker`` and its
+    ``modes`` and ``flooding`` parts; a leaf's own calls are answered UNIMPLEMENTED."""
+
     def __init__(self, broker: ParentBroker) -> None:
         self.broker = broker
-
-    async def _run(self, context: Any, call: Callable[[], Awaitable[T]]) -> T:
-        return await rpc.guarded(context, call)
 
     async def _leaf_only(self, request: Any, context: Any) -> Any:
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"{type(request).__name__[:-7]} {_LEAF_ONLY}")
@@ -402,12 +357,12 @@ class ParentServicer(ParentModesServicerMixin, ParentFloodingServicerMixin, pb_g
                     return pb.SubscribeReply(admitted=False, subscription=request.subscription,
                                              rejection=rejection(exc))
                 raise
-        return await self._run(context, call)
+        return await rpc.guarded(context, call)
 
     async def Unsubscribe(self, request: pb.UnsubscribeRequest, context: Any) -> pb.UnsubscribeReply:
         async def call() -> pb.UnsubscribeReply:
             return pb.UnsubscribeReply(routes_removed=await self.broker.unsubscribe(request.subscription_id))
-        return await self._run(context, call)
+        return await rpc.guarded(context, call)
 
     async def ListSubscriptions(self, request: pb.ListSubscriptionsRequest,
                                 context: Any) -> pb.ListSubscriptionsReply:
@@ -419,34 +374,74 @@ class ParentServicer(ParentModesServicerMixin, ParentFloodingServicerMixin, pb_g
         async def call() -> pb.TopologyReply:
             await self.broker.add_child(request.child)
             return self._topology_reply()
-        return await self._run(context, call)
+        return await rpc.guarded(context, call)
 
     async def RemoveChildBroker(self, request: pb.RemoveChildBrokerRequest, context: Any) -> pb.TopologyReply:
         async def call() -> pb.TopologyReply:
             await self.broker.remove_child(request.name)
             return self._topology_reply()
-        return await self._run(context, call)
+        return await rpc.guarded(context, call)
 
     async def AddInterCloudChannel(self, request: pb.AddInterCloudChannelRequest, context: Any) -> pb.TopologyReply:
         async def call() -> pb.TopologyReply:
             await self.broker.add_channel(request.channel)
             return self._topology_reply()
-        return await self._run(context, call)
+        return await rpc.guarded(context, call)
 
     async def RemoveInterCloudChannel(self, request: pb.RemoveInterCloudChannelRequest,
                                       context: Any) -> pb.TopologyReply:
         async def call() -> pb.TopologyReply:
             await self.broker.remove_channel(request.router_a, request.router_b)
             return self._topology_reply()
-        return await self._run(context, call)
+        return await rpc.guarded(context, call)
 
     async def GetTopology(self, request: pb.GetTopologyRequest, context: Any) -> pb.TopologyView:
-        await self.broker.refresh()
+        await self.broker.tree.refresh()
         return self.broker.view()
 
     async def Health(self, request: pb.BrokerHealthRequest, context: Any) -> pb.BrokerHealthReply:
         return pb.BrokerHealthReply(serving=True, broker=self.broker.name, leaf=False,
                                     subscriptions=len(self.broker.subs))
+
+    # -- operating modes (parent_modes.ParentModes) ------------------------------------------------
+    async def DefineMode(self, request: pb.DefineModeRequest, context: Any) -> pb.ModeInfo:
+        async def call() -> pb.ModeInfo:
+            pm = self.broker.modes
+            mode, name = await pm.define(request.mode, request.name)
+            return pb.ModeInfo(mode=mode, name=name, current=mode == pm.current_mode)
+        return await rpc.guarded(context, call)
+
+    async def ListModes(self, request: pb.ListModesRequest, context: Any) -> pb.ListModesReply:
+        async def call() -> pb.ListModesReply:
+            return self.broker.modes.list()
+        return await rpc.guarded(context, call)
+
+    async def ChangeMode(self, request: pb.ChangeModeRequest, context: Any) -> pb.ChangeModeReply:
+        async def call() -> pb.ChangeModeReply:
+            pm = self.broker.modes
+            return await pm.change(modes.resolve(pm.modes, mode=request.mode, name=request.name))
+        return await rpc.guarded(context, call)
+
+    # -- limited flooding (parent_flooding.ParentFlooding) -------------------------------------------
+    async def SetFlooding(self, request: pb.BrokerFloodingRequest, context: Any) -> pb.BrokerFloodingReply:
+        async def call() -> pb.BrokerFloodingReply:
+            holder = await self.broker.flooding.set(request)
+            return pb.BrokerFloodingReply(flooding=entries_pb([holder]))
+        return await rpc.guarded(context, call)
+
+    async def RemoveFlooding(self, request: pb.BrokerFloodingRequest, context: Any) -> pb.BrokerFloodingReply:
+        async def call() -> pb.BrokerFloodingReply:
+            holder = await self.broker.flooding.remove(request)
+            return pb.BrokerFloodingReply(flooding=entries_pb([] if holder is None else [holder]))
+        return await rpc.guarded(context, call)
+
+    async def ListFlooding(self, request: pb.ListFloodingRequest, context: Any) -> pb.BrokerFloodingReply:
+        return pb.BrokerFloodingReply(flooding=entries_pb(self.broker.flooding.list()))
+
+    async def SetFloodAll(self, request: pb.SetFloodAllRequest, context: Any) -> pb.BrokerFloodingReply:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "SetFloodAll is a leaf broker call: a flood-all "
+                            "subscription is set at the subscriber's own cloud (through its edge router)")
+        raise AssertionError("unreachable: abort raises")
 
 
 class ParentSegmentsServicer(pb_grpc.SegmentsServicer):
@@ -454,13 +449,12 @@ class ParentSegmentsServicer(pb_grpc.SegmentsServicer):
 
     def __init__(self, broker: ParentBroker) -> None:
         self.broker = broker
-        self._run = ParentServicer(broker)._run
 
     async def _route(self, key: pb.SegmentKey) -> tuple[str | None, str]:
         try:
             return self.broker.route(key)
         except GridStatError:
-            await self.broker.refresh()
+            await self.broker.tree.refresh()
             return self.broker.route(key)
 
     async def ReserveSegment(self, request: pb.ReserveSegmentRequest, context: Any) -> pb.ReserveSegmentReply:
@@ -471,7 +465,7 @@ class ParentSegmentsServicer(pb_grpc.SegmentsServicer):
             reply: pb.ReserveSegmentReply = await self.broker.peers(self.broker.children[child].address) \
                 .segments.ReserveSegment(request, timeout=RPC_TIMEOUT_S)
             return reply
-        return await self._run(context, call)
+        return await rpc.guarded(context, call)
 
     async def _finish(self, request: pb.SegmentKey, context: Any, *, commit: bool) -> pb.SegmentReply:
         async def call() -> pb.SegmentReply:
@@ -482,7 +476,7 @@ class ParentSegmentsServicer(pb_grpc.SegmentsServicer):
             reply: pb.SegmentReply = await (seg.CommitSegment if commit else seg.AbortSegment)(
                 request, timeout=RPC_TIMEOUT_S)
             return reply
-        return await self._run(context, call)
+        return await rpc.guarded(context, call)
 
     async def CommitSegment(self, request: pb.SegmentKey, context: Any) -> pb.SegmentReply:
         return await self._finish(request, context, commit=True)
@@ -492,9 +486,9 @@ class ParentSegmentsServicer(pb_grpc.SegmentsServicer):
 
     async def ResolveVariable(self, request: pb.ResolveVariableRequest, context: Any) -> pb.RegisterPublicationReply:
         async def call() -> pb.RegisterPublicationReply:
-            pub = await self.broker.resolve(request.variable)
+            pub = await self.broker.tree.resolve(request.variable)
             if pub is None:
                 raise UnknownVariable(f"no cloud under {self.broker.name!r} publishes {request.variable!r}",
                                       field="variable")
             return pb.RegisterPublicationReply(publication=pub)
-        return await self._run(context, call)
+        return await rpc.guarded(context, call)

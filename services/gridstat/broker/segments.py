@@ -1,5 +1,5 @@
 """The leaf broker's side of inter-cloud paths (dissertation 3.1: askSubStart / askSubMid /
-askSubEnd, commitSub, removeSub), as a mixin of ``LeafBroker``.
+askSubEnd, commitSub, removeSub): ``SegmentCoordinator``, a part of ``LeafBroker``.
 
 A parent reserves a segment of an inter-cloud path in each cloud; the leaf admits it
 like a subscription from ``from_router`` to ``to_router`` (its last hop leaving on an
@@ -10,25 +10,25 @@ released by the supervisor's pass.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from dataclasses import asdict
 from typing import TYPE_CHECKING
 
 from gridstat.broker import installer
-from gridstat.broker.state import CloudState, ForeignChannel, SubscriptionRecord
+from gridstat.broker.state import ForeignChannel, SubscriptionRecord
 from gridstat.broker.topology import RouterRole
 from gridstat.core.model import StatusVariable
 from gridstat.errors import DuplicateName, GridStatError, NotFound, Unauthorized, ValidationError
 
 if TYPE_CHECKING:
-    from gridstat.broker.installer import RouterChange, RouterLink
+    from gridstat.broker.admitting import SubscriptionCoordinator
+    from gridstat.broker.cloud import Cloud
     from gridstat.broker.state import ModeQoS
-    from gridstat.broker.store import BrokerStore
-    from gridstat.broker.supervisor import RouterSupervisor
 
 log = logging.getLogger(__name__)
+
+
 class SegmentKind:
     START = "start"
     MID = "mid"
@@ -39,62 +39,64 @@ def segment_id(subscription_id: str, mode: int, redundant_index: int) -> str:
     return f"{subscription_id}.m{mode}.r{redundant_index}"
 
 
-class SegmentsMixin:
-    """Inter-cloud segments and channels; LeafBroker provides the attributes declared here."""
+class SegmentCoordinator:
+    """The leaf's side of inter-cloud paths: it owns the inter-cloud channels at the cloud's border
+    routers (``CloudState.foreign``) and the segments reserved and not yet committed; a committed
+    segment is installed and removed like a subscription (``admitting.SubscriptionCoordinator``)."""
 
-    state: CloudState
-    links: dict[str, RouterLink]
-    lock: asyncio.Lock
-    store: BrokerStore
-    supervisor: RouterSupervisor
-    _pending: dict[str, float]
+    def __init__(self, cloud: Cloud, subscriptions: SubscriptionCoordinator) -> None:
+        self.cloud = cloud
+        self.subscriptions = subscriptions
+        #: Reserved, not yet committed segments and their deadlines (``time.monotonic``).
+        self.pending: dict[str, float] = {}
 
-    def _changes(self, record: SubscriptionRecord, *, install: bool) -> dict[str, RouterChange]:
-        raise NotImplementedError
+    def load(self) -> None:
+        """Restore the inter-cloud channels of a restarted broker (its segments are subscriptions)."""
+        for d in self.cloud.store.all("foreign_channels"):
+            f = ForeignChannel(**d)
+            self.cloud.state.foreign[(f.border_router, f.foreign_router)] = f
 
-    async def _apply(self, changes: dict[str, RouterChange], *, persist: SubscriptionRecord | None = None) -> None:
-        raise NotImplementedError
-
-    async def _unsubscribe_locked(self, subscription_id: str) -> int:
-        raise NotImplementedError
-
-    # -- inter-cloud (dissertation 3.1: askSubStart / askSubMid / askSubEnd, commitSub, removeSub) ---
+    # -- inter-cloud channels --------------------------------------------------------------------
     async def add_foreign_channel(self, f: ForeignChannel) -> None:
         """An inter-cloud channel at one of this cloud's border routers (its capacity is the parent's)."""
-        async with self.lock:
-            if self.state.topology.router(f.border_router).role is not RouterRole.BORDER:
+        cloud, st = self.cloud, self.cloud.state
+        async with cloud.lock:
+            if st.topology.router(f.border_router).role is not RouterRole.BORDER:
                 raise ValidationError(f"{f.border_router!r} is not a border router", field="channel.router_a")
-            if (f.border_router, f.foreign_router) in self.state.foreign:
+            if (f.border_router, f.foreign_router) in st.foreign:
                 raise DuplicateName(f"{f.border_router!r} already has a channel to {f.foreign_router!r}",
                                     field="channel.router_b")
-            self.state.foreign[(f.border_router, f.foreign_router)] = f
-            with self.store.transaction():
-                self.store.put("foreign_channels", f"{f.border_router}>{f.foreign_router}", asdict(f))
-        await self.supervisor.reconcile_now(f.border_router)
+            st.foreign[(f.border_router, f.foreign_router)] = f
+            with cloud.store.transaction():
+                cloud.store.put("foreign_channels", f"{f.border_router}>{f.foreign_router}", asdict(f))
+        await cloud.supervisor.reconcile_now(f.border_router)
 
     async def remove_foreign_channel(self, border_router: str, foreign_router: str) -> None:
-        async with self.lock:
+        cloud, st = self.cloud, self.cloud.state
+        async with cloud.lock:
             if any(r.exit_channel == foreign_router and r.edge_router == border_router
-                   for r in self.state.subscriptions.values()):
+                   for r in st.subscriptions.values()):
                 raise ValidationError(f"inter-cloud channel {border_router}->{foreign_router} carries segments",
                                       field="channel")
-            if self.state.foreign.pop((border_router, foreign_router), None) is None:
+            if st.foreign.pop((border_router, foreign_router), None) is None:
                 raise NotFound(f"no inter-cloud channel {border_router}->{foreign_router}", field="channel")
-            with self.store.transaction():
-                self.store.delete("foreign_channels", f"{border_router}>{foreign_router}")
-        await self.supervisor.reconcile_now(border_router)
+            with cloud.store.transaction():
+                cloud.store.delete("foreign_channels", f"{border_router}>{foreign_router}")
+        await cloud.supervisor.reconcile_now(border_router)
 
+    # -- segments (dissertation 3.1: askSubStart / askSubMid / askSubEnd, commitSub, removeSub) ------
     def resolve_variable(self, full_name: str) -> tuple[StatusVariable, str]:
         """``getVariableId``: a variable published in this cloud and its publisher's edge router."""
-        var = self.state.registry.lookup(full_name)
-        return var, self.state.client("publisher", var.publisher).edge_router
+        st = self.cloud.state
+        var = st.registry.lookup(full_name)
+        return var, st.client("publisher", var.publisher).edge_router
 
-    async def reserve_segment(self, sid: str, kind: str, *, from_router: str, to_router: str, next_channel: str,
-                              variable: str, variable_id: int, pub_interval_ms: int, qos: ModeQoS,
-                              ttl_ms: int = 10_000) -> SubscriptionRecord:
+    async def reserve(self, sid: str, kind: str, *, from_router: str, to_router: str, next_channel: str,
+                      variable: str, variable_id: int, pub_interval_ms: int, qos: ModeQoS,
+                      ttl_ms: int = 10_000) -> SubscriptionRecord:
         """Reserve one cloud's piece of an inter-cloud path; nothing reaches the routers before commit."""
-        async with self.lock:
-            st = self.state
+        async with self.cloud.lock:
+            st = self.cloud.state
             if kind == SegmentKind.START:
                 var, edge = self.resolve_variable(variable)
                 if var.variable_id != variable_id or edge != from_router:
@@ -112,40 +114,44 @@ class SegmentsMixin:
                 subscriber, exit_channel = f"segment.{sid}", next_channel
             record = st.admit_path(sid, subscriber, variable, variable_id, pub_interval_ms, False, (qos,),
                                    from_router, to_router, exit_channel=exit_channel, segment=True)
-            self._pending[sid] = time.monotonic() + max(ttl_ms, 1) / 1000
+            self.pending[sid] = time.monotonic() + max(ttl_ms, 1) / 1000
             return record
 
-    async def commit_segment(self, sid: str) -> None:
-        async with self.lock:
-            if sid not in self._pending:
-                if sid in self.state.subscriptions:
+    async def commit(self, sid: str) -> None:
+        cloud, st = self.cloud, self.cloud.state
+        async with cloud.lock:
+            if sid not in self.pending:
+                if sid in st.subscriptions:
                     return  # committed already: commit is idempotent
                 raise NotFound(f"no reserved segment {sid!r} (aborted or expired)", field="key")
-            record = self.state.subscriptions[sid]
+            record = st.subscriptions[sid]
             try:
-                await installer.apply_transaction(self.links, self._changes(record, install=True))
+                await installer.apply_transaction(cloud.links, self.subscriptions.changes_of(record, install=True))
             except GridStatError:
-                del self._pending[sid]
-                self.state.remove(sid)
+                del self.pending[sid]
+                st.remove(sid)
                 raise
-            del self._pending[sid]
-            with self.store.transaction():
-                self.store.put_subscription(record)
+            del self.pending[sid]
+            with cloud.store.transaction():
+                cloud.store.put_subscription(record)
 
-    async def abort_segment(self, sid: str) -> bool:
-        async with self.lock:
-            if self._pending.pop(sid, None) is not None:
-                self.state.remove(sid)
+    async def abort(self, sid: str) -> bool:
+        async with self.cloud.lock:
+            if self.pending.pop(sid, None) is not None:
+                self.cloud.state.remove(sid)
                 return True
-            if sid in self.state.subscriptions:
-                await self._unsubscribe_locked(sid)
+            if sid in self.cloud.state.subscriptions:
+                await self.subscriptions.unsubscribe_locked(sid)
                 return True
             return False
 
-    def _expire_pending(self) -> None:
-        now = time.monotonic()
-        for sid in [s for s, deadline in self._pending.items() if deadline <= now]:
-            del self._pending[sid]
-            self.state.remove(sid)
-            log.warning("segment %s expired before commit; its reservation is released", sid)
-
+    async def expire(self) -> None:
+        """Release the reservations not committed within their TTL (before each supervisor pass)."""
+        if not self.pending:
+            return
+        async with self.cloud.lock:
+            now = time.monotonic()
+            for sid in [s for s, deadline in self.pending.items() if deadline <= now]:
+                del self.pending[sid]
+                self.cloud.state.remove(sid)
+                log.warning("segment %s expired before commit; its reservation is released", sid)

@@ -1,4 +1,12 @@
-"""gRPC servicer of the leaf QoS broker (protos/gridstat/v1/broker.proto), thin over ``LeafBroker``.
+"""gRPC servicers of the leaf QoS broker (protos/gridstat/v1/broker.proto), thin over ``LeafBroker``.
+
+One servicer per proto service: ``QoSBrokerServicer`` and ``SegmentsServicer``. QoSBroker's
+clients, publications, subscriptions and topology are handled here; its mode, flooding and
+condensation RPCs by plain handler objects the servicer holds and delegates to
+(``modes_service.ModeHandlers``, ``flooding_service.FloodingHandlers``,
+``condensing_service.CondensationHandlers``), each over the broker part of the same name. The
+servicer runs every handler guarded (``core.rpc.guarded``: errors become statuses) and the
+ones that plan paths or reserve under the admission bound (``gate``).
 
 Admission outcomes (NoFeasiblePath, LatencyUnattainable, CapacityExceeded,
 UnknownVariable, TypeMismatch, Unauthorized, RouterUnavailable) come back as a
@@ -12,12 +20,12 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from gridstat.broker.condensing_service import CondensationServicerMixin
+from gridstat.broker.condensing_service import CondensationHandlers
 from gridstat.broker.consulting import ControllerRejected
-from gridstat.broker.flooding_service import FloodingServicerMixin
+from gridstat.broker.flooding_service import FloodingHandlers
 from gridstat.broker.gate import caller_of
 from gridstat.broker.leaf import LeafBroker
-from gridstat.broker.modes_service import ModesServicerMixin
+from gridstat.broker.modes_service import ModeHandlers
 from gridstat.broker.rejections import CapacityExceeded, LatencyUnattainable, NoFeasiblePath
 from gridstat.broker.segments import SegmentKind, segment_id
 from gridstat.broker.state import ForeignChannel, ModeQoS, RouterEndpoint, SubscriptionRecord
@@ -79,19 +87,21 @@ def record_to_reply(broker: LeafBroker, r: SubscriptionRecord) -> pb.SubscribeRe
                              pub_interval_ms=r.pub_interval_ms, allocations=allocations)
 
 
-class QoSBrokerServicer(ModesServicerMixin, FloodingServicerMixin, CondensationServicerMixin,
-                        pb_grpc.QoSBrokerServicer):
+async def bounded(broker: LeafBroker, context: Any, declared: str, call: Callable[[], Awaitable[T]]) -> T:
+    """A call that plans paths or reserves: bounded per caller and in all (broker.gate), then run guarded."""
+    caller = caller_of(context, declared, broker.identity.is_proxy if broker.identity is not None else None)
+    return await broker.gate.run(context, caller, lambda: rpc.guarded(context, call))
+
+
+class QoSBrokerServicer(pb_grpc.QoSBrokerServicer):
+    """The QoSBroker service of a leaf broker; the mode, flooding and condensation RPCs are delegated to
+    the handler objects it holds (module docstring)."""
+
     def __init__(self, broker: LeafBroker) -> None:
         self.broker = broker
-
-    async def _run(self, context: Any, call: Callable[[], Awaitable[T]]) -> T:
-        return await rpc.guarded(context, call)
-
-    async def _admission(self, context: Any, declared: str, call: Callable[[], Awaitable[T]]) -> T:
-        """A call that plans paths or reserves: bounded per caller and in all (broker.gate), then run."""
-        b = self.broker
-        caller = caller_of(context, declared, b.identity.is_proxy if b.identity is not None else None)
-        return await b.gate.run(context, caller, lambda: self._run(context, call))
+        self.modes = ModeHandlers(broker)
+        self.flooding = FloodingHandlers(broker)
+        self.condensation = CondensationHandlers(broker)
 
     async def RegisterClient(self, request: pb.RegisterClientRequest, context: Any) -> pb.RegisterClientReply:
         async def call() -> pb.RegisterClientReply:
@@ -107,7 +117,7 @@ class QoSBrokerServicer(ModesServicerMixin, FloodingServicerMixin, CondensationS
                                           current_mode=self.broker.current_mode, restarted=restarted,
                                           channel_key=self.broker.client_key(request.edge_router, cid),
                                           edge_router_id=ep.router_id)
-        return await self._run(context, call)
+        return await rpc.guarded(context, call)
 
     async def UnregisterClient(self, request: pb.UnregisterClientRequest, context: Any) -> pb.UnregisterClientReply:
         async def call() -> pb.UnregisterClientReply:
@@ -116,7 +126,7 @@ class QoSBrokerServicer(ModesServicerMixin, FloodingServicerMixin, CondensationS
                 raise ValidationError("kind must be publisher or subscriber", field="kind")
             self.broker.bind_identity(context, request.name, field="name")
             return pb.UnregisterClientReply(removed=await self.broker.unregister_client(request.name, kind))
-        return await self._run(context, call)
+        return await rpc.guarded(context, call)
 
     async def RegisterPublication(self, request: pb.RegisterPublicationRequest,
                                   context: Any) -> pb.RegisterPublicationReply:
@@ -132,7 +142,7 @@ class QoSBrokerServicer(ModesServicerMixin, FloodingServicerMixin, CondensationS
                 min_interval_ms=p.min_interval_ms, edge_router=p.edge_router,
                 max_rate_eps=p.max_rate_eps if p.HasField("max_rate_eps") else None)
             return pb.RegisterPublicationReply(publication=self._publication(var.full_name))
-        return await self._run(context, call)
+        return await rpc.guarded(context, call)
 
     def _publication(self, full_name: str) -> pb.Publication:
         v = self.broker.state.registry.lookup(full_name)
@@ -141,7 +151,7 @@ class QoSBrokerServicer(ModesServicerMixin, FloodingServicerMixin, CondensationS
                              interval_ms=v.interval_ms, priority=v.priority, alert=v.alert,
                              min_interval_ms=v.min_interval_ms, variable_id=v.variable_id,
                              edge_router=edge.edge_router if edge else "")
-        rate = self.broker.max_rates.get(full_name)
+        rate = self.broker.cloud.max_rates.get(full_name)
         if rate is not None:
             out.max_rate_eps = rate
         return out
@@ -152,7 +162,7 @@ class QoSBrokerServicer(ModesServicerMixin, FloodingServicerMixin, CondensationS
             self.broker.bind_identity(context, request.publisher, field="publisher")
             n = await self.broker.unregister_publication(f"{request.publisher}/{request.variable}")
             return pb.UnregisterPublicationReply(subscriptions_removed=n)
-        return await self._run(context, call)
+        return await rpc.guarded(context, call)
 
     async def Subscribe(self, request: pb.SubscribeRequest, context: Any) -> pb.SubscribeReply:
         async def call() -> pb.SubscribeReply:
@@ -170,7 +180,7 @@ class QoSBrokerServicer(ModesServicerMixin, FloodingServicerMixin, CondensationS
                 if self.broker.uplink is None:  # not published here and no parent to ask
                     return pb.SubscribeReply(admitted=False, subscription=s, rejection=rejection(exc))
                 try:  # inter-cloud: delegated up to the lowest common ancestor (delegation.UpLink)
-                    return await self.broker.uplink.subscribe(self.broker, s)
+                    return await self.broker.uplink.subscribe(self.broker.cloud, s)
                 except ADMISSION_ERRORS as up_exc:
                     return pb.SubscribeReply(admitted=False, subscription=s, rejection=rejection(up_exc))
             except ControllerRejected as exc:
@@ -178,20 +188,20 @@ class QoSBrokerServicer(ModesServicerMixin, FloodingServicerMixin, CondensationS
             except ADMISSION_ERRORS as exc:
                 return pb.SubscribeReply(admitted=False, subscription=s, rejection=rejection(exc))
             reply = record_to_reply(self.broker, record)
-            note = self.broker.admission_notes.pop(record.subscription_id, None)
+            note = self.broker.subscriptions.notes.pop(record.subscription_id, None)
             if note is not None:
                 reply.admission.CopyFrom(note)
             return reply
-        return await self._admission(context, request.subscription.subscriber, call)
+        return await bounded(self.broker, context, request.subscription.subscriber, call)
 
     async def Unsubscribe(self, request: pb.UnsubscribeRequest, context: Any) -> pb.UnsubscribeReply:
         async def call() -> pb.UnsubscribeReply:
             sid, up = request.subscription_id, self.broker.uplink
             self._bind_owner(context, sid)
-            if up is not None and sid not in self.broker.state.subscriptions and up.delegated(self.broker, sid):
-                return pb.UnsubscribeReply(routes_removed=await up.unsubscribe(self.broker, sid))
+            if up is not None and sid not in self.broker.state.subscriptions and up.delegated(self.broker.cloud, sid):
+                return pb.UnsubscribeReply(routes_removed=await up.unsubscribe(self.broker.cloud, sid))
             return pb.UnsubscribeReply(routes_removed=await self.broker.unsubscribe(sid))
-        return await self._run(context, call)
+        return await rpc.guarded(context, call)
 
     async def ChangeSubscription(self, request: pb.ChangeSubscriptionRequest, context: Any) -> pb.SubscribeReply:
         async def call() -> pb.SubscribeReply:
@@ -202,7 +212,7 @@ class QoSBrokerServicer(ModesServicerMixin, FloodingServicerMixin, CondensationS
                 return pb.SubscribeReply(admitted=False, rejection=rejection(exc))
             return record_to_reply(self.broker, record)
         rec = self.broker.state.subscriptions.get(request.subscription_id)
-        return await self._admission(context, rec.subscriber if rec is not None else "", call)
+        return await bounded(self.broker, context, rec.subscriber if rec is not None else "", call)
 
     def _bind_owner(self, context: Any, sid: str) -> None:
         """With mTLS, only the subscriber (or a platform component) may change or remove a subscription."""
@@ -238,13 +248,13 @@ class QoSBrokerServicer(ModesServicerMixin, FloodingServicerMixin, CondensationS
             await self.broker.add_router(RouterEndpoint(r.name, r.router_id, r.control_address, host, int(port)),
                                          role, float(r.capacity_eps or 50_000))
             return pb.TopologyReply(topology_version=self.broker.state.version)
-        return await self._run(context, call)
+        return await rpc.guarded(context, call)
 
     async def RemoveRouter(self, request: pb.RemoveRouterRequest, context: Any) -> pb.TopologyReply:
         async def call() -> pb.TopologyReply:
             await self.broker.remove_router(request.name)
             return pb.TopologyReply(topology_version=self.broker.state.version)
-        return await self._run(context, call)
+        return await rpc.guarded(context, call)
 
     async def AddChannel(self, request: pb.AddTopologyChannelRequest, context: Any) -> pb.TopologyReply:
         async def call() -> pb.TopologyReply:
@@ -252,13 +262,13 @@ class QoSBrokerServicer(ModesServicerMixin, FloodingServicerMixin, CondensationS
             await self.broker.add_channel(c.a, c.b, bandwidth_bps=float(c.bandwidth_bps), latency_ms=c.latency_ms,
                                           capacity_eps=float(c.capacity_eps) or None, both=c.both_directions)
             return pb.TopologyReply(topology_version=self.broker.state.version)
-        return await self._run(context, call)
+        return await rpc.guarded(context, call)
 
     async def RemoveChannel(self, request: pb.RemoveTopologyChannelRequest, context: Any) -> pb.TopologyReply:
         async def call() -> pb.TopologyReply:
             await self.broker.remove_channel(request.a, request.b, both=request.both_directions)
             return pb.TopologyReply(topology_version=self.broker.state.version)
-        return await self._run(context, call)
+        return await rpc.guarded(context, call)
 
     async def AddInterCloudChannel(self, request: pb.AddInterCloudChannelRequest, context: Any) -> pb.TopologyReply:
         async def call() -> pb.TopologyReply:
@@ -270,18 +280,18 @@ class QoSBrokerServicer(ModesServicerMixin, FloodingServicerMixin, CondensationS
             if not host or not port.isdigit() or not c.router_b_id:
                 raise ValidationError("a leaf needs router_b_event_address HOST:PORT and router_b_id",
                                       field="channel.router_b_event_address")
-            await self.broker.add_foreign_channel(ForeignChannel(
+            await self.broker.segments.add_foreign_channel(ForeignChannel(
                 c.router_a, c.router_b, c.cloud_b, c.router_b_id, host, int(port), float(c.bandwidth_bps),
                 c.latency_ms, level=c.level or 2, key_hex=wire.check_key(c.key).hex() if c.key else ""))
             return pb.TopologyReply(topology_version=self.broker.state.version)
-        return await self._run(context, call)
+        return await rpc.guarded(context, call)
 
     async def RemoveInterCloudChannel(self, request: pb.RemoveInterCloudChannelRequest,
                                       context: Any) -> pb.TopologyReply:
         async def call() -> pb.TopologyReply:
-            await self.broker.remove_foreign_channel(request.router_a, request.router_b)
+            await self.broker.segments.remove_foreign_channel(request.router_a, request.router_b)
             return pb.TopologyReply(topology_version=self.broker.state.version)
-        return await self._run(context, call)
+        return await rpc.guarded(context, call)
 
     async def GetTopology(self, request: pb.GetTopologyRequest, context: Any) -> pb.TopologyView:
         st = self.broker.state
@@ -307,6 +317,43 @@ class QoSBrokerServicer(ModesServicerMixin, FloodingServicerMixin, CondensationS
                                     routers_down=len(st.down & set(st.endpoints)),
                                     subscriptions=len(st.subscriptions))
 
+    # -- operating modes (modes_service.ModeHandlers over broker.modes) ----------------------------
+    async def DefineMode(self, request: pb.DefineModeRequest, context: Any) -> pb.ModeInfo:
+        return await rpc.guarded(context, lambda: self.modes.define_mode(request))
+
+    async def ListModes(self, request: pb.ListModesRequest, context: Any) -> pb.ListModesReply:
+        return await rpc.guarded(context, self.modes.list_modes)
+
+    async def ChangeMode(self, request: pb.ChangeModeRequest, context: Any) -> pb.ChangeModeReply:
+        return await rpc.guarded(context, lambda: self.modes.change_mode(request))
+
+    # -- limited flooding (flooding_service.FloodingHandlers over broker.flooding) ---------------
+    async def SetFlooding(self, request: pb.BrokerFloodingRequest, context: Any) -> pb.BrokerFloodingReply:
+        return await rpc.guarded(context, lambda: self.flooding.set_flooding(request))
+
+    async def RemoveFlooding(self, request: pb.BrokerFloodingRequest, context: Any) -> pb.BrokerFloodingReply:
+        return await rpc.guarded(context, lambda: self.flooding.remove_flooding(request))
+
+    async def ListFlooding(self, request: pb.ListFloodingRequest, context: Any) -> pb.BrokerFloodingReply:
+        return self.flooding.list_flooding()
+
+    async def SetFloodAll(self, request: pb.SetFloodAllRequest, context: Any) -> pb.BrokerFloodingReply:
+        return await rpc.guarded(context, lambda: self.flooding.set_flood_all(request, context))
+
+    # -- condensation functions (condensing_service.CondensationHandlers over broker.condensation) -
+    async def CreateCondensation(self, request: pb.CreateCondensationRequest, context: Any) -> pb.CondensationInfo:
+        # Placement plans paths: under the admission bound (broker.gate).
+        return await bounded(self.broker, context, request.creator,
+                             lambda: self.condensation.create_condensation(request, context))
+
+    async def RemoveCondensation(self, request: pb.RemoveCondensationRequest,
+                                 context: Any) -> pb.RemoveCondensationReply:
+        return await rpc.guarded(context, lambda: self.condensation.remove_condensation(request, context))
+
+    async def ListCondensations(self, request: pb.ListCondensationsRequest,
+                                context: Any) -> pb.ListCondensationsReply:
+        return await rpc.guarded(context, self.condensation.list_condensations)
+
 
 _SEGMENT_KINDS = {pb.SEGMENT_KIND_START: SegmentKind.START, pb.SEGMENT_KIND_MID: SegmentKind.MID,
                   pb.SEGMENT_KIND_END: SegmentKind.END}
@@ -317,9 +364,6 @@ class SegmentsServicer(pb_grpc.SegmentsServicer):
 
     def __init__(self, broker: LeafBroker) -> None:
         self.broker = broker
-        servicer = QoSBrokerServicer(broker)
-        self._run = servicer._run
-        self._admission = servicer._admission
 
     async def ReserveSegment(self, request: pb.ReserveSegmentRequest, context: Any) -> pb.ReserveSegmentReply:
         async def call() -> pb.ReserveSegmentReply:
@@ -332,7 +376,7 @@ class SegmentsServicer(pb_grpc.SegmentsServicer):
             qos = ModeQoS(k.mode, q.interval_ms, float(budget), 1, priority_of(q),
                           q.price if q.HasField("price") else 1.0, q.best_effort)
             try:
-                record = await self.broker.reserve_segment(
+                record = await self.broker.segments.reserve(
                     segment_id(k.subscription_id, k.mode, k.redundant_index), kind, from_router=request.from_router,
                     to_router=request.to_router, next_channel=request.next_channel, variable=request.variable,
                     variable_id=request.variable_id, pub_interval_ms=request.pub_interval_ms, qos=qos,
@@ -342,25 +386,25 @@ class SegmentsServicer(pb_grpc.SegmentsServicer):
             (_, paths), = record.paths
             return pb.ReserveSegmentReply(reserved=True, path=pb.Path(routers=list(paths[0].routers),
                                                                       latency_ms=paths[0].latency_ms))
-        return await self._admission(context, "", call)  # the caller: the parent broker
+        return await bounded(self.broker, context, "", call)  # the caller: the parent broker
 
     async def CommitSegment(self, request: pb.SegmentKey, context: Any) -> pb.SegmentReply:
         async def call() -> pb.SegmentReply:
-            await self.broker.commit_segment(segment_id(request.subscription_id, request.mode,
-                                                        request.redundant_index))
+            await self.broker.segments.commit(segment_id(request.subscription_id, request.mode,
+                                                         request.redundant_index))
             return pb.SegmentReply(ok=True)
-        return await self._run(context, call)
+        return await rpc.guarded(context, call)
 
     async def AbortSegment(self, request: pb.SegmentKey, context: Any) -> pb.SegmentReply:
-        ok = await self.broker.abort_segment(segment_id(request.subscription_id, request.mode,
-                                                        request.redundant_index))
+        ok = await self.broker.segments.abort(segment_id(request.subscription_id, request.mode,
+                                                         request.redundant_index))
         return pb.SegmentReply(ok=ok)
 
     async def ResolveVariable(self, request: pb.ResolveVariableRequest, context: Any) -> pb.RegisterPublicationReply:
         async def call() -> pb.RegisterPublicationReply:
-            var, edge = self.broker.resolve_variable(request.variable)
+            var, edge = self.broker.segments.resolve_variable(request.variable)
             return pb.RegisterPublicationReply(publication=pb.Publication(
                 publisher=var.publisher, variable=var.name, type=type_to_pb(var.type), interval_ms=var.interval_ms,
                 priority=var.priority, alert=var.alert, min_interval_ms=var.min_interval_ms,
                 variable_id=var.variable_id, edge_router=edge))
-        return await self._run(context, call)
+        return await rpc.guarded(context, call)

@@ -156,8 +156,8 @@ async def test_flood_all_sets_the_subscriber_channel_in_place(cloud: Cloud) -> N
 
 async def test_a_restarted_router_gets_its_flooding_back(cloud: Cloud) -> None:
     b, router, vid = cloud.broker, cloud.router, cloud.variable_id
-    await b.set_flooding("pmu/freq", modes=[0, 1])
-    await b.set_flood_all("ems", True)
+    await b.flooding.set("pmu/freq", modes=[0, 1])
+    await b.flooding.set_flood_all("ems", True)
     router.flooding.remove(vid)  # as if restarted empty ...
     router.update_channel("sub:ems", level=1, flood_all=False)
     router.flooding.set(77, pub_interval_ms=10, level=1, modes=[0])  # ... or stale
@@ -168,13 +168,14 @@ async def test_a_restarted_router_gets_its_flooding_back(cloud: Cloud) -> None:
 
 async def test_a_restarted_broker_restores_flooding_and_flood_all(cloud: Cloud, tmp_path: Path) -> None:
     b = cloud.broker
-    await b.set_flooding("pmu/freq", modes=[0])
-    await b.set_flooding("pmu/freq", level=3, modes=[0, 4], from_parent=True)
-    await b.set_flood_all("ems", True)
+    await b.flooding.set("pmu/freq", modes=[0])
+    await b.flooding.set("pmu/freq", level=3, modes=[0, 4], from_parent=True)
+    await b.flooding.set_flood_all("ems", True)
     again = LeafBroker("A", BrokerStore(str(tmp_path / "A.sqlite")), supervise_interval_s=60)
     again._load()
     try:
-        assert again.flooding["pmu/freq"].local == {0: 1} and again.flooding["pmu/freq"].parent == {0: 3, 4: 3}
+        held = again.flooding.holders["pmu/freq"]
+        assert held.local == {0: 1} and held.parent == {0: 3, 4: 3}
         assert again.state.flood_all == {"ems"}
     finally:
         again.store.close()

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from gridstat.broker import modes
-from gridstat.broker.modes import ModesMixin, check_switch
+from gridstat.broker.cloud import Cloud
+from gridstat.broker.modes import ModeChange, ModeCoordinator, check_switch
 from gridstat.broker.resources import ChannelDelta, Reservations
 from gridstat.broker.state import CloudState
 from gridstat.broker.store import BrokerStore
@@ -53,7 +54,9 @@ class FakeSupervisor:
         self.dirty.append(name)
 
 
-class Broker(ModesMixin):
+class Broker:
+    """A ModeCoordinator over fake router links, with the leaf broker's mode commands."""
+
     def __init__(self, *, fail: set[tuple[str, str]] = frozenset(), delay_s: float = 0.0) -> None:  # type: ignore[assignment]
         self.name = "A"
         topo = Topology()
@@ -63,13 +66,23 @@ class Broker(ModesMixin):
         topo.add_link("e1", "i1", bandwidth_bps=1e8, latency_ms=1)
         self.state = CloudState("A", topology=topo)
         self.calls: list[tuple[str, str, int]] = []
-        self.links = {n: FakeLink(FakeStub(n, self.calls, set(fail), delay_s)) for n in topo.routers}  # type: ignore[misc]
+        self.links = {n: FakeLink(FakeStub(n, self.calls, set(fail), delay_s)) for n in topo.routers}
         self.lock = asyncio.Lock()
         self.store = BrokerStore(":memory:")
-        self.supervisor = FakeSupervisor()  # type: ignore[assignment]
-        self.current_mode = 0
-        self.mode_changing = False
-        self._load_modes()
+        self.supervisor = FakeSupervisor()
+        cloud = Cloud(self.state, self.store, self.links, self.lock, self.supervisor)  # type: ignore[arg-type]
+        self.modes = ModeCoordinator(cloud)
+        self.modes.load()
+
+    @property
+    def current_mode(self) -> int:
+        return self.modes.current
+
+    def define_mode(self, mode: int, name: str) -> tuple[int, str]:
+        return self.modes.define(mode, name)
+
+    async def change_mode(self, target: int) -> ModeChange:
+        return await self.modes.change(target)
 
     def phases(self) -> list[tuple[str, set[str]]]:
         """The calls grouped into consecutive runs of the same method."""

@@ -548,8 +548,8 @@ ROWS: list[Row] = [
     *rows("EdgeProxy", "edge", "RegisterClient UnregisterClient RegisterPublication UnregisterPublication Subscribe "
           "Unsubscribe ChangeSubscription ListSubscriptions SetFloodAll ListModes", 25),
     *rows("QoSBroker", "leaf", f"{_LEAF_CLIENT} RemoveRouter AddChannel RemoveChannel RemoveInterCloudChannel "
-          "GetTopology Health DefineMode SetFlooding RemoveFlooding ListFlooding RemoveCondensation "
-          "ListCondensations"),
+          "GetTopology Health AnnounceRouter DefineMode SetFlooding RemoveFlooding ListFlooding "
+          "RemoveCondensation ListCondensations"),
     # A mode change runs five phases over the routers; a condensation function is set up at one.
     *rows("QoSBroker", "leaf", "ChangeMode CreateCondensation", 30),
     # These dial the router or channel address in the request.

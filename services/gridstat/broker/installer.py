@@ -52,13 +52,19 @@ def channel_pb(d: DesiredChannel, key: bytes = b"") -> pb.Channel:
                       level=d.level, flood_all=d.flood_all, key=key)
 
 
+#: Channels replaced by ``RouterLink.reconnect`` kept open for calls still on them.
+MAX_RETIRED_CHANNELS = 2
+
+
 class RouterLink:
     """One router's control API as the broker sees it."""
 
     def __init__(self, endpoint: RouterEndpoint, tls: TlsFiles | None = None) -> None:
         self.endpoint = endpoint
+        self._tls = tls
         #: Follows its certificate files: a renewed broker certificate is used without a restart.
         self._client = ClientChannel(endpoint.control_address, tls, rpc.channel_options())
+        self._retired: list[ClientChannel] = []
         self.boot_id: str | None = None
         self.up = False
         self.failures = 0
@@ -84,7 +90,22 @@ class RouterLink:
         return self._client.stub(pb_grpc.RouterControlStub)
 
     async def close(self) -> None:
+        for old in self._retired:
+            await old.close()
+        self._retired.clear()
         await self._client.close()
+
+    async def reconnect(self) -> None:
+        """A fresh channel: the router says it is back, so it is reached now rather than after the
+        old channel's reconnect back-off (up to 5 s after a long outage; docs/redundancy.md, "Healing").
+        The old one is closed later (a call may still be using it), the oldest first beyond a few."""
+        self._retired.append(self._client)
+        # A subchannel of its own: gRPC shares one per target and options in a process, and the shared
+        # one would still be waiting out the old channel's back-off.
+        self._client = ClientChannel(self.endpoint.control_address, self._tls,
+                                     [*rpc.channel_options(), ("grpc.use_local_subchannel_pool", 1)])
+        while len(self._retired) > MAX_RETIRED_CHANNELS:
+            await self._retired.pop(0).close()
 
     async def health(self, timeout: float = 1.0) -> pb.HealthReply | None:
         try:

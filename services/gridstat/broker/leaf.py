@@ -42,6 +42,7 @@ from gridstat.broker.condensing import CondensationCoordinator
 from gridstat.broker.consulting import advertised_rate
 from gridstat.broker.flooding import FloodingCoordinator
 from gridstat.broker.gate import AdmissionGate
+from gridstat.broker.healing import PathRepair
 from gridstat.broker.installer import RouterLink
 from gridstat.broker.modes import ModeChange, ModeCoordinator
 from gridstat.broker.segments import SegmentCoordinator
@@ -90,6 +91,7 @@ class LeafBroker:
         self.flooding = FloodingCoordinator(self.cloud, self.modes)
         self.condensation = CondensationCoordinator(self.cloud, self.subscriptions, self.modes)
         self.segments = SegmentCoordinator(self.cloud, self.subscriptions)
+        self.healing = PathRepair(self.cloud, self.subscriptions)
         # The supervisor's hooks: expired segments go before each pass; a rebuilt router is put in
         # the current mode, gets its condensation slots before its routes, then its flooding
         # settings and its neighbours' keys; a router that moved is followed.
@@ -100,6 +102,11 @@ class LeafBroker:
         supervisor.on_reconciled.append(self.flooding.reconcile_router)
         supervisor.on_reconciled.append(self._rekey_neighbours)
         supervisor.on_moved = self._router_moved
+        # A router that stops answering has its paths re-planned around it (docs/redundancy.md, "Healing").
+        supervisor.on_down.append(self.healing.router_down)
+        supervisor.on_up.append(self.healing.router_up)
+        #: Routers that announced their start (``announce_router``) since this broker started.
+        self.announced = 0
         self._task: asyncio.Task[None] | None = None
         self._started = self._closed = False
         #: The parent broker inter-cloud subscriptions are delegated to (``--parent``), if any.
@@ -333,6 +340,19 @@ class LeafBroker:
         topo = self.state.topology
         for neighbour in sorted({*topo.out_channels(name), *topo.in_channels(name)}):
             await self.supervisor.reconcile_now(neighbour)
+
+    async def announce_router(self, name: str) -> tuple[bool, bool]:
+        """A router says it has started: check it now, and rebuild it if it restarted, instead of at
+        its next health check (docs/redundancy.md, "Healing"). (known, rebuilt)."""
+        link = self.cloud.links.get(name)
+        if link is None:
+            return False, False
+        self.announced += 1
+        boot_id = link.boot_id
+        if not link.up:  # it was seen down: its channel may be waiting out a reconnect back-off
+            await link.reconnect()
+        await self.supervisor.check(name)
+        return True, link.boot_id != boot_id and link.up
 
     async def remove_router(self, name: str) -> None:
         async with self.cloud.lock:

@@ -312,10 +312,23 @@ class QoSBrokerServicer(pb_grpc.QoSBrokerServicer):
 
     async def Health(self, request: pb.BrokerHealthRequest, context: Any) -> pb.BrokerHealthReply:
         st = self.broker.state
+        healing = self.broker.healing
+        last = healing.last
         return pb.BrokerHealthReply(serving=True, broker=self.broker.name, leaf=True,
                                     routers_up=len(st.endpoints) - len(st.down & set(st.endpoints)),
                                     routers_down=len(st.down & set(st.endpoints)),
-                                    subscriptions=len(st.subscriptions))
+                                    subscriptions=len(st.subscriptions), repaired=healing.repaired,
+                                    unrepaired=len(healing.unrepaired),
+                                    last_repair_cause=last.cause if last is not None else "",
+                                    last_repair_s=last.took_s if last is not None else 0.0,
+                                    announced=self.broker.announced)
+
+    async def AnnounceRouter(self, request: pb.AnnounceRouterRequest, context: Any) -> pb.AnnounceRouterReply:
+        async def announce() -> pb.AnnounceRouterReply:
+            known, rebuilt = await self.broker.announce_router(request.name)
+            return pb.AnnounceRouterReply(known=known, rebuilt=rebuilt)
+
+        return await rpc.guarded(context, announce)
 
     # -- operating modes (modes_service.ModeHandlers over broker.modes) ----------------------------
     async def DefineMode(self, request: pb.DefineModeRequest, context: Any) -> pb.ModeInfo:

@@ -30,6 +30,7 @@ from typing import Any
 from gridstat import condensation
 from gridstat.broker import allocation as alloc
 from gridstat.broker.paths import Path, Usable
+from gridstat.broker.rejections import NoFeasiblePath
 from gridstat.broker.resources import SUBSCRIBER_CHANNEL_PREFIX, Reservations
 from gridstat.broker.topology import Channel, RouterRole, Topology
 from gridstat.core.model import MAX_MODES, StatusVariable, VariableRegistry
@@ -215,6 +216,8 @@ class CloudState:
     clients: dict[tuple[str, str], Client] = field(default_factory=dict)
     subscriptions: dict[str, SubscriptionRecord] = field(default_factory=dict)
     down: set[str] = field(default_factory=set)
+    #: Router-to-router channels declared down (src, dst) while both routers answer (a failed link).
+    down_channels: set[tuple[str, str]] = field(default_factory=set)
     foreign: dict[tuple[str, str], ForeignChannel] = field(default_factory=dict)
     forwarding_ms: float = 1.0
     next_client_id: int = FIRST_CLIENT_ID
@@ -286,8 +289,10 @@ class CloudState:
         pubs = frozenset((publisher_routers,) if isinstance(publisher_routers, str) else publisher_routers)
         subs = frozenset((subscriber_routers,) if isinstance(subscriber_routers, str) else subscriber_routers)
 
+        down_channels = self.down_channels
+
         def ok(ch: Channel) -> bool:
-            if ch.src in down or ch.dst in down or ch.dst in pubs:
+            if ch.src in down or ch.dst in down or ch.dst in pubs or (ch.src, ch.dst) in down_channels:
                 return False
             ps = parents.get(ch.dst)
             return not ps or ch.src in ps or (redundancy > 1 and ch.dst in subs)
@@ -364,6 +369,88 @@ class CloudState:
             raise
         self._index(record, +1)
         return record
+
+    # -- healing (docs/redundancy.md, "Healing") ---------------------------------------------------
+    def broken_paths(self, record: SubscriptionRecord) -> dict[int, tuple[int, ...]]:
+        """Per mode, the indexes of the record's paths through a router or channel that is down."""
+        down, down_channels = self.down, self.down_channels
+        out: dict[int, tuple[int, ...]] = {}
+        for mode, paths in record.paths:
+            broken = tuple(i for i, p in enumerate(paths)
+                           if any(r in down for r in p.routers)
+                           or (down_channels and any(h in down_channels for h in itertools.pairwise(p.routers))))
+            if broken:
+                out[mode] = broken
+        return out
+
+    def broken(self) -> list[str]:
+        """The subscriptions with a path through a router or channel that is down."""
+        return [sid for sid, r in self.subscriptions.items() if self.broken_paths(r)]
+
+    def repair(self, subscription_id: str) -> SubscriptionRecord | None:
+        """Re-plan the paths of a subscription that go through a router or channel that is down, in
+        place, keeping every other path as it is (its routes stay untouched, so what it delivers is not
+        disturbed): each new path avoids what is down, shares no interior router with the kept ones,
+        meets the latency bound and fits the reservations, all modes or none. The new record, or None
+        when nothing is broken or no replacement exists (the record stays as it was)."""
+        old = self.subscriptions[subscription_id]
+        broken = self.broken_paths(old)
+        if not broken:
+            return None
+        label = f"{old.edge_router}.{old.exit_channel}" if old.exit_channel else old.subscriber
+        self.remove(subscription_id)
+        committed: list[int] = []
+        try:
+            repaired: list[tuple[int, tuple[Path, ...]]] = []
+            for q, (mode, paths) in zip(old.qos, old.paths, strict=True):
+                indexes = broken.get(mode, ())
+                if indexes:
+                    request = self._request(subscription_id, label, old.variable_id, old.pub_interval_ms, q,
+                                            old.publisher_router, old.edge_router, old.publisher_routers,
+                                            old.subscriber_routers)
+                    paths = self._replace_paths(request, mode, q, paths, indexes)
+                repaired.append((mode, paths))
+            for q, (mode, paths) in zip(old.qos, repaired, strict=True):
+                request = self._request(subscription_id, label, old.variable_id, old.pub_interval_ms, q,
+                                        old.publisher_router, old.edge_router, old.publisher_routers,
+                                        old.subscriber_routers)
+                alloc.commit(self.reservations(mode),
+                             alloc.allocation_for_paths(self.topology, self.reservations(mode), request, paths))
+                committed.append(mode)
+        except GridStatError:
+            for mode in committed:
+                alloc.release(self.reservations(mode), subscription_id)
+            self.restore(old)
+            return None
+        self.version += 1
+        record = replace(old, paths=tuple(repaired), version=self.version)
+        self._index(record, +1)
+        return record
+
+    def _replace_paths(self, request: alloc.SubscriptionRequest, mode: int, q: ModeQoS,
+                       paths: tuple[Path, ...], indexes: tuple[int, ...]) -> tuple[Path, ...]:
+        """``paths`` with those at ``indexes`` replaced by new ones disjoint from the rest (raises a
+        GridStatError when there are none); a multi-homed end's edge routers kept paths hold are not
+        offered again (one path per edge router, docs/redundancy.md)."""
+        kept = [p for i, p in enumerate(paths) if i not in indexes]
+        interiors = {r for p in kept for r in p.routers[1:-1]}
+        sources = tuple(r for r in request.sources
+                        if len(request.sources) == 1 or r not in {p.routers[0] for p in kept})
+        sinks = tuple(r for r in request.sinks if len(request.sinks) == 1 or r not in {p.routers[-1] for p in kept})
+        if not sources or not sinks:
+            raise NoFeasiblePath("every edge router of the multi-homed end carries a kept path",
+                                       field="redundancy")
+        partial = replace(request, redundancy=len(indexes), publisher_router=sources[0],
+                          subscriber_router=sinks[0], publisher_routers=sources if len(sources) > 1 else (),
+                          subscriber_routers=sinks if len(sinks) > 1 else ())
+        base = self.allowed(mode, request.variable_id, request.sources, request.sinks, q.redundancy)
+
+        def usable(ch: Channel) -> bool:
+            return base(ch) and ch.src not in interiors and ch.dst not in interiors
+
+        fresh = iter(alloc.plan_subscription(self.topology, self.reservations(mode), partial,
+                                             forwarding_ms=self.forwarding_ms, allowed=usable).paths)
+        return tuple(next(fresh) if i in indexes else p for i, p in enumerate(paths))
 
     def restore(self, record: SubscriptionRecord) -> None:
         """Re-reserve a stored subscription on its stored paths (broker restart)."""

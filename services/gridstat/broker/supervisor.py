@@ -46,6 +46,10 @@ class RouterSupervisor:
         #: (``--advertise-host``: a restarted pod's new IP), before it is rebuilt: the leaf broker moves
         #: it there and points its neighbours at it, so it is Ready only with its paths whole again.
         self.on_moved: Callable[[str, str, int], Awaitable[None]] | None = None
+        #: Called (not under the lock) when a router that answered stops answering, and when one
+        #: that did not answers again: the leaf broker re-plans the paths through it (``broker.healing``).
+        self.on_down: list[Callable[[str], Awaitable[None]]] = []
+        self.on_up: list[Callable[[str], Awaitable[None]]] = []
         #: Routers rebuilt after a restart since this broker started.
         self.rebuilds = 0
         self._next_check: dict[str, float] = {}
@@ -98,12 +102,16 @@ class RouterSupervisor:
                 await self.on_moved(name, health.event_host, health.event_port)
         if health is None:
             link.failures += 1
-            if name not in self.state.down and link.up:
+            failed = name not in self.state.down and link.up
+            if failed:
                 log.warning("broker %s: router %s does not answer; new paths avoid it", self.state.name, name)
             link.up = False
             self.state.down.add(name)
             backoff = min(5.0, self.interval_s * 2 ** min(link.failures, 4))
             self._next_check[name] = time.monotonic() + backoff * (0.8 + 0.4 * random.random())
+            if failed:
+                for on_down in self.on_down:
+                    await on_down(name)
             return
         async with self.lock:
             # Decided under the lock: a concurrent check of the same router (the pass and
@@ -127,10 +135,14 @@ class RouterSupervisor:
                     log.warning("broker %s: router %s restarted; rebuilt with %d changes", self.state.name,
                                 name, n)
                 link.boot_id = health.boot_id
+        back = name in self.state.down
         link.up = True
         link.failures = 0
         self.state.down.discard(name)
         self._next_check[name] = time.monotonic() + self.interval_s
+        if back:
+            for on_up in self.on_up:
+                await on_up(name)
 
     async def run(self) -> None:
         while True:

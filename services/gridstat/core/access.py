@@ -157,6 +157,8 @@ RULES: Mapping[str, frozenset[str]] = {
             "RemoveInterCloudChannel", "AddChildBroker", "RemoveChildBroker", "DefineMode", "ChangeMode",
             "SetFlooding", "RemoveFlooding")},
         **{m: _ANY_READER | {ROUTER} for m in ("GetTopology", "Health", "ListFlooding")},
+        # A router announcing its start: only makes the broker check it (docs/redundancy.md, "Healing").
+        "AnnounceRouter": frozenset({ROUTER, ADMIN}),
     }),
     # The brokers' inter-cloud segment protocol.
     **_service("Segments", {m: _BROKERS for m in (

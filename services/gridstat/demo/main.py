@@ -391,7 +391,9 @@ class Runner:
 
     async def _start_routers(self) -> bool:
         for r in self.topology.routers:
-            broker = self.leaves[r.cloud].address if r.role == "edge" else ""
+            # Every router announces its start to its leaf (rebuilt at once after a restart); an edge
+            # router also relays its clients' calls there.
+            broker = self.leaves[r.cloud].address
             self.routers[r.name] = RouterProcess(r.name, r.router_id, r.role, r.cloud, self.variant,
                                                  self.log_dir / f"{r.name}.log", broker=broker, certs=self.certs)
         await self._until_stopped(asyncio.gather(*(r.start() for r in self.routers.values())))

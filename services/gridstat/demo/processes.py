@@ -269,7 +269,8 @@ class BrokerProcess(ChildProcess):
 
 
 class RouterProcess(ChildProcess):
-    """A status router; an edge router gets ``--broker`` (its cloud's leaf) and proxies its clients."""
+    """A status router; ``--broker`` (its cloud's leaf) to announce its start to, and for an edge router
+    to relay its clients' calls to."""
 
     ready_ports = ("port", "control_port")
     what = "router"
@@ -308,7 +309,7 @@ class RouterProcess(ChildProcess):
             cmd += ["--broker-identity", leaf_broker_identity(self.cloud)]
         if self.broker:
             cmd += ["--broker", self.broker]
-            if self.certs is not None:  # the edge proxy calls its leaf broker as "router"
+            if self.certs is not None:  # the announcement and the edge proxy call the leaf broker as "router"
                 c = self.certs
                 cmd += ["--broker-tls-ca", str(c.ca), "--broker-tls-cert", str(c.cert("router")),
                         "--broker-tls-key", str(c.key("router"))]

@@ -1335,12 +1335,26 @@ class BrokerHealthReply(_message.Message):
     ROUTERS_UP_FIELD_NUMBER: _builtins.int
     ROUTERS_DOWN_FIELD_NUMBER: _builtins.int
     SUBSCRIPTIONS_FIELD_NUMBER: _builtins.int
+    REPAIRED_FIELD_NUMBER: _builtins.int
+    UNREPAIRED_FIELD_NUMBER: _builtins.int
+    LAST_REPAIR_CAUSE_FIELD_NUMBER: _builtins.int
+    LAST_REPAIR_S_FIELD_NUMBER: _builtins.int
+    ANNOUNCED_FIELD_NUMBER: _builtins.int
     serving: _builtins.bool
     broker: _builtins.str
     leaf: _builtins.bool
     routers_up: _builtins.int
     routers_down: _builtins.int
     subscriptions: _builtins.int
+    repaired: _builtins.int
+    """Healing (docs/redundancy.md, "Healing"): subscriptions re-planned around failed routers since the
+    broker started, those left on a broken path (no replacement), and the last re-planning pass.
+    """
+    unrepaired: _builtins.int
+    last_repair_cause: _builtins.str
+    last_repair_s: _builtins.float
+    announced: _builtins.int
+    """Routers that announced themselves (AnnounceRouter) since the broker started."""
     def __init__(
         self,
         *,
@@ -1350,14 +1364,70 @@ class BrokerHealthReply(_message.Message):
         routers_up: _builtins.int = ...,
         routers_down: _builtins.int = ...,
         subscriptions: _builtins.int = ...,
+        repaired: _builtins.int = ...,
+        unrepaired: _builtins.int = ...,
+        last_repair_cause: _builtins.str = ...,
+        last_repair_s: _builtins.float = ...,
+        announced: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker", b"broker", "leaf", b"leaf", "routers_down", b"routers_down", "routers_up", b"routers_up", "serving", b"serving", "subscriptions", b"subscriptions"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["announced", b"announced", "broker", b"broker", "last_repair_cause", b"last_repair_cause", "last_repair_s", b"last_repair_s", "leaf", b"leaf", "repaired", b"repaired", "routers_down", b"routers_down", "routers_up", b"routers_up", "serving", b"serving", "subscriptions", b"subscriptions", "unrepaired", b"unrepaired"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___BrokerHealthReply: _TypeAlias = BrokerHealthReply  # noqa: Y015
+
+@_typing.final
+class AnnounceRouterRequest(_message.Message):
+    """A router tells its leaf broker it has started (docs/redundancy.md, "Healing"): the broker checks it
+    at once and rebuilds its tables from its own state, instead of at its next health check. Only the
+    name is taken from the request; the router is reached at the address the broker holds for it.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    BOOT_ID_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    boot_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        boot_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["boot_id", b"boot_id", "name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AnnounceRouterRequest: _TypeAlias = AnnounceRouterRequest  # noqa: Y015
+
+@_typing.final
+class AnnounceRouterReply(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KNOWN_FIELD_NUMBER: _builtins.int
+    REBUILT_FIELD_NUMBER: _builtins.int
+    known: _builtins.bool
+    """the broker has the router in its topology (false: it must be added first)"""
+    rebuilt: _builtins.bool
+    """its tables were rebuilt by this call"""
+    def __init__(
+        self,
+        *,
+        known: _builtins.bool = ...,
+        rebuilt: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["known", b"known", "rebuilt", b"rebuilt"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AnnounceRouterReply: _TypeAlias = AnnounceRouterReply  # noqa: Y015
 
 @_typing.final
 class SegmentKey(_message.Message):

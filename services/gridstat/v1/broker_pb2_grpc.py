@@ -132,6 +132,11 @@ class QoSBrokerStub:
                 request_serializer=gridstat_dot_v1_dot_broker__pb2.BrokerHealthRequest.SerializeToString,
                 response_deserializer=gridstat_dot_v1_dot_broker__pb2.BrokerHealthReply.FromString,
                 _registered_method=True)
+        self.AnnounceRouter = channel.unary_unary(
+                '/gridstat.v1.QoSBroker/AnnounceRouter',
+                request_serializer=gridstat_dot_v1_dot_broker__pb2.AnnounceRouterRequest.SerializeToString,
+                response_deserializer=gridstat_dot_v1_dot_broker__pb2.AnnounceRouterReply.FromString,
+                _registered_method=True)
         self.DefineMode = channel.unary_unary(
                 '/gridstat.v1.QoSBroker/DefineMode',
                 request_serializer=gridstat_dot_v1_dot_broker__pb2.DefineModeRequest.SerializeToString,
@@ -310,6 +315,12 @@ class QoSBrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AnnounceRouter(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def DefineMode(self, request, context):
         """Operating modes (dissertation 6). Mode ids are 0..15 and global to the hierarchy; a name is
         a label. Mode 0 ("normal") always exists; others must be defined before use. ChangeMode to
@@ -473,6 +484,11 @@ def add_QoSBrokerServicer_to_server(servicer, server):
                     servicer.Health,
                     request_deserializer=gridstat_dot_v1_dot_broker__pb2.BrokerHealthRequest.FromString,
                     response_serializer=gridstat_dot_v1_dot_broker__pb2.BrokerHealthReply.SerializeToString,
+            ),
+            'AnnounceRouter': grpc.unary_unary_rpc_method_handler(
+                    servicer.AnnounceRouter,
+                    request_deserializer=gridstat_dot_v1_dot_broker__pb2.AnnounceRouterRequest.FromString,
+                    response_serializer=gridstat_dot_v1_dot_broker__pb2.AnnounceRouterReply.SerializeToString,
             ),
             'DefineMode': grpc.unary_unary_rpc_method_handler(
                     servicer.DefineMode,
@@ -1041,6 +1057,33 @@ class QoSBroker:
             '/gridstat.v1.QoSBroker/Health',
             gridstat_dot_v1_dot_broker__pb2.BrokerHealthRequest.SerializeToString,
             gridstat_dot_v1_dot_broker__pb2.BrokerHealthReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AnnounceRouter(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gridstat.v1.QoSBroker/AnnounceRouter',
+            gridstat_dot_v1_dot_broker__pb2.AnnounceRouterRequest.SerializeToString,
+            gridstat_dot_v1_dot_broker__pb2.AnnounceRouterReply.FromString,
             options,
             channel_credentials,
             insecure,

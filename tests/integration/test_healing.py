@@ -6,6 +6,7 @@ router announces itself and has its tables back at once, however long it was dow
 from __future__ import annotations
 
 import asyncio
+import itertools
 import signal
 import time
 from pathlib import Path
@@ -97,7 +98,10 @@ async def test_a_killed_router_is_routed_around_and_redundancy_comes_back(tmp_pa
         health = grid.health()
         # Restored: the broken path now goes through the spare, the surviving one is unchanged.
         assert sorted(grid.paths("ems")) == [("e1", "i2", "e2"), ("e1", "i3", "e2")]
-        assert health.unrepaired == 0 and health.last_repair_cause == "router i1 down", health
+        # Whichever saw it first: the health checks (router down) or a neighbour's liveness (channel down).
+        causes = ("router i1 down", *(f"channel {a}-{b} down" for a, b in (("i1", "e1"), ("e1", "i1"), ("i1", "e2"),
+                                                                          ("e2", "i1"))))
+        assert health.unrepaired == 0 and health.last_repair_cause in causes, health
         assert health.last_repair_s <= 2.0, health
         duplicates_at_repair = s.stats.duplicates
         await asyncio.sleep(1.0)
@@ -141,9 +145,9 @@ async def test_a_restarted_router_has_its_tables_back_at_once_however_long_it_wa
             new = grid.routers[name] = await asyncio.to_thread(grid.start, name, port=old.port,
                                                                 control_port=old.control_port)
 
-            def whole(r: RouterProc = new) -> bool:
+            def whole(r: RouterProc = new, want: set[str] = channels, n: int = routes) -> bool:
                 have = {c.name for c in r.stub.ListChannels(rpb.ListChannelsRequest(), timeout=5).channels}
-                return have == channels and len(r.stub.ListRoutes(rpb.ListRoutesRequest(), timeout=5).routes) == routes
+                return have == want and len(r.stub.ListRoutes(rpb.ListRoutesRequest(), timeout=5).routes) == n
 
             took = await asyncio.to_thread(wait_until, f"{name}'s tables back after its restart", whole, 5.0)
             print(f"\n{name} restarted after 6 s down: tables back {took * 1000:.0f} ms after READY "
@@ -154,6 +158,41 @@ async def test_a_restarted_router_has_its_tables_back_at_once_however_long_it_wa
             await asyncio.sleep(0.5)
             assert s.stats.delivered >= delivered + 30, "the stream through the restarted router did not resume"
         publishing.cancel()
+    finally:
+        await pub.stop()
+        await sub.stop()
+        grid.stop()
+
+
+async def test_a_failed_channel_is_routed_around_while_both_routers_answer(tmp_path: Path) -> None:
+    """i1 stops sending to e2 (its channel removed: the one-way loss of a link); e2 stops hearing i1's
+    liveness pings and reports the channel down; the broker re-plans the k=1 path through i1 onto i2
+    although both routers still answer its health checks, and the stream resumes."""
+    grid = Grid(tmp_path)
+    pub = await Publisher.connect("pmu1", grid.control("e1"))
+    sub = await Subscriber.connect("ems", grid.control("e2"))
+    try:
+        handle = await pub.register("freq", FLOAT, INTERVAL_MS)
+        got: list[tuple[float, int]] = []
+        await sub.subscribe_remote("pmu1/freq", FLOAT, interval_ms=INTERVAL_MS, latency_ms=50,
+                                   on_event=lambda _, holder: got.append((time.monotonic(), holder.timestamp_ms)))
+        assert grid.paths("ems") == [("e1", "i1", "e2")]
+        publishing = asyncio.ensure_future(pub.run_periodic(handle, lambda ts: 60.0, count=400))
+        await asyncio.sleep(1.0)
+        cut = time.monotonic()
+        grid.routers["i1"].stub.RemoveChannel(rpb.RemoveChannelRequest(name="e2"), timeout=5)
+        took = await asyncio.to_thread(wait_until, "the broker re-planned the path over i1-e2",
+                                       lambda: grid.health().repaired >= 1, 10.0)
+        health = grid.health()
+        assert health.last_repair_cause in ("channel i1-e2 down", "channel e2-i1 down"), health
+        assert grid.paths("ems") == [("e1", "i2", "e2")]
+        assert grid.health().routers_down == 0  # both routers answered all along
+        await publishing
+        await asyncio.sleep(0.3)
+        after = [ts for t, ts in got if t > cut + took + 0.2]
+        silent = max((b - a for (a, _), (b, _) in itertools.pairwise(got)), default=0.0)
+        print(f"\nchannel i1-e2 cut: re-planned {took:.3f} s after the cut; the stream was silent {silent:.3f} s")
+        assert len(after) >= 50, "the stream did not resume over i2"
     finally:
         await pub.stop()
         await sub.stop()

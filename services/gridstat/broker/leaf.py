@@ -42,7 +42,7 @@ from gridstat.broker.condensing import CondensationCoordinator
 from gridstat.broker.consulting import advertised_rate
 from gridstat.broker.flooding import FloodingCoordinator
 from gridstat.broker.gate import AdmissionGate
-from gridstat.broker.healing import PathRepair
+from gridstat.broker.healing import LinkWatch, PathRepair
 from gridstat.broker.installer import RouterLink
 from gridstat.broker.modes import ModeChange, ModeCoordinator
 from gridstat.broker.segments import SegmentCoordinator
@@ -92,6 +92,7 @@ class LeafBroker:
         self.condensation = CondensationCoordinator(self.cloud, self.subscriptions, self.modes)
         self.segments = SegmentCoordinator(self.cloud, self.subscriptions)
         self.healing = PathRepair(self.cloud, self.subscriptions)
+        self.link_watch = LinkWatch(self.cloud, self.healing)
         # The supervisor's hooks: expired segments go before each pass; a rebuilt router is put in
         # the current mode, gets its condensation slots before its routes, then its flooding
         # settings and its neighbours' keys; a router that moved is followed.
@@ -156,6 +157,8 @@ class LeafBroker:
         self._started = True
         self._load()
         self._task = create_guarded_task(self.supervisor.run(), name=f"broker-{self.name}-supervise")
+        for name in self.cloud.links:
+            self.link_watch.follow(name)
 
     async def stop(self) -> None:
         if self._closed:
@@ -165,6 +168,7 @@ class LeafBroker:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        await self.link_watch.stop()
         for link in self.cloud.links.values():
             await link.close()
         if self.uplink is not None:
@@ -288,6 +292,8 @@ class LeafBroker:
             with self.store.transaction():
                 self.store.put_router(ep, role.value, capacity_eps)
         await self.supervisor.check(ep.name)
+        if self._started:
+            self.link_watch.follow(ep.name)
 
     async def _readdress_router(self, held: RouterEndpoint, ep: RouterEndpoint, role: RouterRole) -> None:
         """A registered router announced again, maybe at a new address (a rescheduled pod,

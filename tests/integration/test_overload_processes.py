@@ -147,7 +147,9 @@ def test_router_cpu_overload_sheds_the_cheapest_best_effort_link() -> None:
     hi, lo = Sink(), Sink()
     # The paper's synthetic load model (Eq. 1), 2 ms per event and per copy, so the test does not depend on
     # how busy this machine is: 250 events/s + 250 copies load the router 1.0; without the cheap link 0.6.
-    r = start_router("r", 1, extra=("--overload-shedding", "--overload-cost-per-copy-us", "2000",
+    # The load trigger (a share of the CPU), kept beside HAPS's delay trigger (docs/overload.md).
+    r = start_router("r", 1, extra=("--overload-shedding", "--overload-trigger", "load",
+                                    "--overload-cost-per-copy-us", "2000",
                                     "--overload-drop-load", "0.8", "--overload-reintegrate-load", "0.3",
                                     "--overload-weight", "0.5", "--overload-min-timeout-s", "0.5"))
     try:

@@ -58,6 +58,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     m.add_argument("--switches", type=int, default=0, help="switches per set-up (default 20)")
     m.add_argument("--no-hierarchy", action="store_true", help="one cloud only")
     _write_args(m)
+    h = sub.add_parser("heal", help="redundancy restored after a router is killed: 1,000 redundancy-2 subscriptions "
+                                    "re-planned around it (docs/redundancy.md, \"Healing\")")
+    h.add_argument("--quick", action="store_true", help="200 subscriptions, one repetition")
+    h.add_argument("--subs", type=int, default=0, help="affected subscriptions (default 1,000)")
+    h.add_argument("--reps", type=int, default=0, help="repetitions (default 3, quick 1)")
+    _write_args(h)
     granularity.add_parsers(sub, _write_args)
     s = sub.add_parser("shapes", help="the dissertation's multicast-with-filtering and condensation experiments "
                                       "(Tables 8.28-8.32, 8.37-8.47): shapes beside its figures")
@@ -70,9 +76,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="offered loads of the condensation experiment (default 250000,500000,750000; quick 500000)")
     s.add_argument("--only", choices=["filtering", "condensation"], default=None, help="run one experiment")
     _write_args(s)
-    o = sub.add_parser("overload", help="HAPS's link failure: a 100 kbit/s link failing over to 1 kbit/s, shaped in "
-                                        "software; latency and revenue per dropping strategy (about 1.5 min)")
-    o.add_argument("--quick", action="store_true", help="shorter phases (about 45 s)")
+    o = sub.add_parser("overload", help="HAPS (seed 000): Figs. 3-7 on a simulated 20-node network (link and message "
+                                        "shedding per strategy) and Figs. 8-9 on a real router (a 100 kbit/s link "
+                                        "failing over to 1 kbit/s); about 2.5 min")
+    o.add_argument("--quick", action="store_true", help="a third of the simulated workload, shorter phases (~1 min)")
+    o.add_argument("--seeds", type=int, default=3, help="simulated workloads per strategy (default 3)")
+    o.add_argument("--only", choices=["simulation", "router"], default=None,
+                   help="run one part (Figs. 3-7 or Figs. 8-9); prints only, since the section holds both")
     _write_args(o)
     a = sub.add_parser("auth", help="datagram authentication off vs on (the secure defaults): router saturation, "
                                     "CPU per event, per-hop latency (~3 min)")
@@ -149,6 +159,12 @@ def run(args: argparse.Namespace) -> int:
             two = modes.bench_hierarchy(subs, switches, _log)
         body = modes.report(one, two, subs=subs, switches=switches, facts=facts)
         return _publish(body, target, "modes")
+    if args.bench == "heal":
+        from gridstat.bench import heal
+
+        runs = heal.run_heal_bench(subs=args.subs or (200 if args.quick else 1_000),
+                                   reps=args.reps or (1 if args.quick else 3), log=_log)
+        return _publish(heal.report(runs, report.facts_md(facts)), target, "heal")
     if args.bench == "auth":
         from gridstat.bench import auth
 
@@ -165,9 +181,16 @@ def run(args: argparse.Namespace) -> int:
     if args.bench == "overload":
         from gridstat.bench import overload
 
+        if args.seeds < 1:
+            _log("--seeds must be at least 1")
+            return 2
         t0 = time.monotonic()
-        runs = overload.run_overload(quick=args.quick, log=_log)
-        body = overload.report(runs, report.facts_md(facts), time.monotonic() - t0)
+        sim = None if args.only == "router" else overload.run_simulation(quick=args.quick, seeds=args.seeds, log=_log)
+        failover = [] if args.only == "simulation" else overload.run_overload(quick=args.quick, log=_log)
+        body = overload.report(failover, report.facts_md(facts), time.monotonic() - t0, sim)
+        if args.only is not None and target is not None:
+            _log("--only: printing only; the section holds both parts")
+            target = None
         return _publish(body, target, "overload")
     if args.bench == "shapes":
         from gridstat.bench import shape_plans as plans

@@ -67,13 +67,13 @@ class PriorityQueue:
         self.push = self.events.append
         self.filtered = 0
 
-    def valued(self, value: float, guaranteed: bool) -> PriorityQueue | shaping.ValuedTarget:
+    def valued(self, value: float, guaranteed: bool, count: int = 1) -> PriorityQueue | shaping.ValuedTarget:
         """The target a compiled entry pushes to: this queue, or on a shaped channel one that carries
-        the entry's value (the price sum of its routes here) and class into the shaper."""
+        the entry's value (the price sum of its ``count`` routes here) and class into the shaper."""
         shaper = self.channel.shaper
         if shaper is None:
             return self
-        return shaping.ValuedTarget(self, shaper, self.priority, value, guaranteed)
+        return shaping.ValuedTarget(self, shaper, self.priority, value, guaranteed, count)
 
     def _push_unvalued(self, event: bytes) -> None:
         """``push`` on a shaped channel for what has no compiled value (flooding): best effort, value 0."""
@@ -176,7 +176,8 @@ class EventChannel:
         """Send through a token bucket at ``config.bandwidth_bps`` with value-based shedding.
 
         Events already queued move into the shaper (value 0, best effort: nothing tells their
-        value any more). The owner recompiles its table so that compiled entries push valued events.
+        value any more); a reshaped channel's events keep the key they were queued with, even under
+        another strategy. The owner recompiles its table so that compiled entries push valued events.
         """
         if self.address is None:
             raise ValidationError(f"channel {self.name!r} sends nothing: only outgoing channels are shaped",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import ipaddress
 import logging
@@ -18,14 +19,15 @@ import sys
 import tracemalloc
 
 from gridstat.core import access, grpclog
-from gridstat.core.aio import exit_with_parent, install_fast_loop
+from gridstat.core.aio import create_guarded_task, exit_with_parent, install_fast_loop
 from gridstat.core.tls import TlsFiles
 from gridstat.errors import ValidationError
+from gridstat.router.announce import announce_in_background
 from gridstat.router.control import serve
 from gridstat.router.process import Role, RouterConfig, StatusRouter
 from gridstat.router.proxy import DEFAULT_DEADLINE_S, EdgeProxyServicer, add_to_server
-from gridstat.router.shaping import DropPolicy, ShapingConfig
-from gridstat.router.shedding import OverloadConfig, Strategy
+from gridstat.router.shaping import DropPolicy, MessageStrategy, ShapingConfig
+from gridstat.router.shedding import OverloadConfig, Strategy, Trigger
 from gridstat.router.tables import Variant
 from gridstat.telemetry import roles as telemetry
 
@@ -55,17 +57,31 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--flood-reset-ms", type=int, default=1000,
                    help="limited flooding: how often last-flooded timestamps ahead of the clock are reset")
     o = p.add_argument_group("overload handling (HAPS; docs/overload.md)")
-    o.add_argument("--shape", action="append", default=[], metavar="CHANNEL=BPS[:POLICY]",
+    o.add_argument("--shape", action="append", default=[], metavar="CHANNEL=BPS[:POLICY[:STRATEGY]]",
                    help="shape this outgoing channel (as soon as it exists) to BPS bit/s with a token bucket and "
-                        "value-based shedding; POLICY red (default), value, tail or none; repeatable")
+                        "value-based shedding; POLICY red (default), value, tail or none; STRATEGY as "
+                        "--message-strategy (default: that flag); repeatable")
+    o.add_argument("--message-strategy", default="cheapest", choices=[x.value for x in MessageStrategy],
+                   help="shaped channels (policies red and value): the victim is the queued event with the lowest "
+                        "price sum (cheapest), gain (lowest) or route count (count), or a random one (HAPS Fig. 7)")
     o.add_argument("--drop-start-ms", type=float, default=500.0, help="shaped channels: RED starts dropping here")
     o.add_argument("--drop-all-ms", type=float, default=1000.0,
                    help="shaped channels: queueing delay at which every arrival sheds the lowest-valued event")
     o.add_argument("--overload-shedding", action="store_true",
                    help="shed links (a channel's best-effort, then guaranteed routes, cheapest first) when the "
-                        "load estimate passes --overload-drop-load")
-    o.add_argument("--overload-drop-load", type=float, default=0.9, help="shed above this load (0..1 of the CPU)")
-    o.add_argument("--overload-reintegrate-load", type=float, default=0.6, help="reintegrate below this load")
+                        "trigger says the router is overloaded")
+    o.add_argument("--overload-trigger", default="delay", choices=[x.value for x in Trigger],
+                   help="delay (HAPS): the weighted processing delay per event (Eq. 2) against "
+                        "--overload-drop-delay-us; load: that delay over the inter-arrival time (the share of the "
+                        "CPU needed) against --overload-drop-load")
+    o.add_argument("--overload-drop-delay-us", type=float, default=200.0,
+                   help="trigger delay: shed above this weighted processing delay per event (HAPS Fig. 3: 200)")
+    o.add_argument("--overload-reintegrate-delay-us", type=float, default=150.0,
+                   help="trigger delay: reintegrate below this one")
+    o.add_argument("--overload-drop-load", type=float, default=0.9,
+                   help="trigger load: shed above this load (0..1 of the CPU)")
+    o.add_argument("--overload-reintegrate-load", type=float, default=0.6,
+                   help="trigger load: reintegrate below this load")
     o.add_argument("--overload-weight", type=float, default=0.2, help="moving-average weight w (Eq. 2)")
     o.add_argument("--overload-min-timeout-s", type=float, default=1.0,
                    help="least time between two shed/reintegrate actions (Eq. 3's timeout, floored)")
@@ -90,8 +106,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "leaf broker, e.g. gridstat-broker-east -- instead of every broker of the deployment "
                         "(docs/security.md, 'Control by role')")
     p.add_argument("--broker", default="", metavar="HOST:PORT",
-                   help="edge routers: the leaf QoS broker; serve the EdgeProxy for publishers and subscribers "
-                        "on the control port")
+                   help="the leaf QoS broker: the router announces its start to it, so that it is rebuilt at once "
+                        "(docs/redundancy.md); an edge router also serves the EdgeProxy for publishers and "
+                        "subscribers on the control port")
     p.add_argument("--broker-deadline-ms", type=int, default=int(DEFAULT_DEADLINE_S * 1000),
                    help="deadline of each call relayed to the broker")
     p.add_argument("--broker-tls-ca", default="", help="PEM CA of the broker's certificate: TLS to the broker")
@@ -142,8 +159,12 @@ async def _run(args: argparse.Namespace) -> None:
                                 drop_load=args.overload_drop_load, reintegrate_load=args.overload_reintegrate_load,
                                 min_timeout_s=args.overload_min_timeout_s,
                                 strategy=Strategy.parse(args.overload_strategy),
-                                cost_per_copy_s=args.overload_cost_per_copy_us / 1e6),
-        shaping=tuple(parse_shape(text, args.drop_start_ms, args.drop_all_ms) for text in args.shape),
+                                cost_per_copy_s=args.overload_cost_per_copy_us / 1e6,
+                                trigger=Trigger.parse(args.overload_trigger),
+                                drop_delay_s=args.overload_drop_delay_us / 1e6,
+                                reintegrate_delay_s=args.overload_reintegrate_delay_us / 1e6),
+        shaping=tuple(parse_shape(text, args.drop_start_ms, args.drop_all_ms,
+                                  MessageStrategy.parse(args.message_strategy)) for text in args.shape),
         notice_interval_ms=args.notice_interval_ms,
     )
     tls = None
@@ -160,7 +181,8 @@ async def _run(args: argparse.Namespace) -> None:
     if args.healthz_max_age_ms <= 0:
         raise ValidationError("--healthz-max-age-ms must be positive", field="healthz_max_age_ms")
     grants = access.Grants.parse(args.grant, base=_broker_grants(args.broker_identity))
-    proxy = _proxy(args, config)
+    broker_tls = _broker_tls(args)
+    proxy = _proxy(args, config, broker_tls)
     router = StatusRouter(config)
     await router.start()
     tel = telemetry.for_router(router, args)  # --kafka / --metrics-port: samples router.stats(), off the data path
@@ -176,7 +198,14 @@ async def _run(args: argparse.Namespace) -> None:
     gc.freeze()
     print(f"READY name={config.name} port={router.address[1]} control_port={control_port}"
           f"{tel.ready_suffix()}", flush=True)
+    # Serving now: its leaf broker may rebuild it at once (router.announce, docs/redundancy.md "Healing").
+    announcing = create_guarded_task(announce_in_background(args.broker, config.name, router.boot_id, broker_tls),
+                                     name=f"router-{config.name}-announce") if args.broker else None
     await stop.wait()
+    if announcing is not None:
+        announcing.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await announcing
     await server.stop(grace=0.5)
     if proxy is not None:
         await proxy.close()
@@ -184,31 +213,44 @@ async def _run(args: argparse.Namespace) -> None:
     await router.stop()
 
 
-def parse_shape(text: str, drop_start_ms: float, drop_all_ms: float) -> tuple[str, ShapingConfig]:
-    """``CHANNEL=BPS[:POLICY]`` -> (channel, its shaping)."""
+def parse_shape(text: str, drop_start_ms: float, drop_all_ms: float,
+                strategy: MessageStrategy = MessageStrategy.CHEAPEST) -> tuple[str, ShapingConfig]:
+    """``CHANNEL=BPS[:POLICY[:STRATEGY]]`` -> (channel, its shaping); ``strategy`` unless the text names one.
+    ``tail`` and ``none`` choose no victim, so they keep the default strategy unless one is named."""
     name, sep, rest = text.partition("=")
-    bps, _, policy = rest.partition(":")
+    bps, _, tail = rest.partition(":")
+    policy_text, _, strategy_text = tail.partition(":")
     try:
         bandwidth = float(bps)
     except ValueError:
         bandwidth = -1.0
-    if not sep or not name or bandwidth <= 0:
-        raise ValidationError(f"--shape {text!r} is not CHANNEL=BPS[:POLICY] with BPS > 0", field="shape")
-    return name, ShapingConfig(bandwidth, DropPolicy.parse(policy), drop_start_ms, drop_all_ms)
+    if not sep or not name or bandwidth <= 0 or ":" in strategy_text:
+        raise ValidationError(f"--shape {text!r} is not CHANNEL=BPS[:POLICY[:STRATEGY]] with BPS > 0", field="shape")
+    policy = DropPolicy.parse(policy_text)
+    if strategy_text:
+        strategy = MessageStrategy.parse(strategy_text)
+    elif policy not in (DropPolicy.RED, DropPolicy.VALUE):
+        strategy = MessageStrategy.CHEAPEST
+    return name, ShapingConfig(bandwidth, policy, drop_start_ms, drop_all_ms, strategy=strategy)
 
 
-def _proxy(args: argparse.Namespace, config: RouterConfig) -> EdgeProxyServicer | None:
-    """The EdgeProxy of an edge router started with ``--broker``; None without it."""
+def _broker_tls(args: argparse.Namespace) -> TlsFiles | None:
+    """The TLS files towards ``--broker`` (checked), or None for plaintext."""
     broker_tls = (args.broker_tls_ca, args.broker_tls_cert, args.broker_tls_key)
     if not args.broker:
         if any(broker_tls):
             raise ValidationError("--broker-tls-* need --broker", field="broker")
         return None
-    if config.role is not Role.EDGE:
-        raise ValidationError(f"--broker is for edge routers (--role edge), not {config.role.value}", field="broker")
     if bool(args.broker_tls_cert) != bool(args.broker_tls_key):
         raise ValidationError("--broker-tls-cert and --broker-tls-key go together", field="broker_tls_key")
-    tls = TlsFiles(args.broker_tls_cert, args.broker_tls_key, args.broker_tls_ca) if any(broker_tls) else None
+    return TlsFiles(args.broker_tls_cert, args.broker_tls_key, args.broker_tls_ca) if any(broker_tls) else None
+
+
+def _proxy(args: argparse.Namespace, config: RouterConfig, tls: TlsFiles | None) -> EdgeProxyServicer | None:
+    """The EdgeProxy of an edge router started with ``--broker``; None for the other roles (they only
+    announce themselves to it) and without it."""
+    if not args.broker or config.role is not Role.EDGE:
+        return None
     if args.broker_deadline_ms <= 0:
         raise ValidationError("--broker-deadline-ms must be positive", field="broker_deadline_ms")
     return EdgeProxyServicer(config.name, args.broker, tls=tls, deadline_s=args.broker_deadline_ms / 1000)

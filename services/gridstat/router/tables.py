@@ -74,8 +74,8 @@ class Target(Protocol):
 
 
 #: Resolves (channel name, priority) to the target queue; raises NotFound for an unknown channel.
-#: A resolved target with a ``valued(value, guaranteed)`` method (a channel's queue) is asked for the
-#: target that carries an entry's value: itself, or on a shaped channel one that feeds the shaper.
+#: A resolved target with a ``valued(value, guaranteed, count)`` method (a channel's queue) is asked for
+#: the target that carries an entry's value: itself, or on a shaped channel one that feeds the shaper.
 Resolver = Callable[[str, int], Target]
 
 
@@ -396,7 +396,7 @@ class RoutingTable:
                 target = self._resolve(channel, priority)
                 valued = getattr(target, "valued", None)
                 if valued is not None:
-                    target = valued(sum(r.price for r in rs), any(not r.best_effort for r in rs))
+                    target = valued(sum(r.price for r in rs), any(not r.best_effort for r in rs), len(rs))
             targets.append(target)
             elements.append(filtering.smallest_non_multiples(r.sub_interval_ms for r in rs))
         close = tuple(zip(targets, elements, strict=True))

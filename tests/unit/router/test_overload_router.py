@@ -8,7 +8,7 @@ from gridstat.core import wire
 from gridstat.router.channels import ChannelKind
 from gridstat.router.process import RouteInstall, RouterConfig, StatusRouter
 from gridstat.router.shaping import DropPolicy, ShapingConfig
-from gridstat.router.shedding import OverloadConfig
+from gridstat.router.shedding import OverloadConfig, Trigger
 from gridstat.router.tables import Route
 
 PUB = 1000
@@ -41,8 +41,8 @@ def to(sent: list[tuple[bytes, tuple[str, int]]], port: int) -> list[wire.Datagr
 
 
 def test_cpu_overload_sheds_the_cheap_best_effort_link_and_tells_its_subscriber() -> None:
-    r, sent = router(overload=OverloadConfig(enabled=True, weight=1.0, drop_load=0.9, reintegrate_load=0.3,
-                                             min_timeout_s=1.0, cost_per_copy_s=1e-3))
+    r, sent = router(overload=OverloadConfig(enabled=True, trigger=Trigger.LOAD, weight=1.0, drop_load=0.9,
+                                             reintegrate_load=0.3, min_timeout_s=1.0, cost_per_copy_s=1e-3))
     r._tick_at = 0.0
     for i in range(100):  # 100 events + 100 copies at 1 ms each in 0.1 s: load 2
         r.forwarder.process(datagram(event(1 + i % 2, NOW + 10 * i)), NOW)
@@ -70,6 +70,39 @@ def test_cpu_overload_sheds_the_cheap_best_effort_link_and_tells_its_subscriber(
     assert back is not None and not back.shed
     notices = [d.shed_notice for d in to(sent, LO) if d.shed_notice is not None]
     assert notices[-1] is not None and notices[-1].action_name == "restored"
+
+
+def test_the_default_trigger_is_the_weighted_delay_per_event() -> None:
+    # 100 us per event and per copy: 200 us per event, a fifth of the CPU at 100 events in 0.1 s. The load
+    # rule would hold; HAPS's delay trigger sheds above its threshold whatever the arrival rate.
+    r, _ = router(overload=OverloadConfig(enabled=True, weight=1.0, drop_delay_s=150e-6, reintegrate_delay_s=50e-6,
+                                             min_timeout_s=1.0, cost_per_copy_s=1e-4))
+    r._tick_at = 0.0
+    for i in range(100):
+        r.forwarder.process(datagram(event(1 + i % 2, NOW + 10 * i)), NOW)
+    r.flush()
+    action = r.overload_tick(0.1)
+    assert action is not None and action.shed and action.unit == ("sub:lo", True)
+    assert action.delay_s == pytest.approx(200e-6) and action.load == pytest.approx(0.2)
+    assert r.stats()["processing_delay_us"] == pytest.approx(200)
+
+
+def test_a_shaped_channel_with_a_message_strategy_from_the_router_flags() -> None:
+    from gridstat.router.main import parse_shape
+    from gridstat.router.shaping import MessageStrategy
+
+    r, _ = router(notice_interval_ms=1, shaping=(parse_shape("sub:lo=2000:value", 0, 500, MessageStrategy.COUNT),))
+    r.install_routes([RouteInstall(Route("lo/1", 1, 0, "sub:lo", 10, 1, price=100.0, best_effort=True), 10),
+                      RouteInstall(Route("lo/3", 3, 0, "sub:lo", 10, 1, price=0.1, best_effort=True), 10),
+                      RouteInstall(Route("lo/3b", 3, 0, "sub:lo", 20, 1, price=0.1, best_effort=True), 10)])
+    ch = r.channels["sub:lo"]
+    assert ch.shaper is not None and ch.shaper.config.strategy is MessageStrategy.COUNT
+    for i in range(60):
+        r.forwarder.process(datagram(event(1, NOW + 10 * i), event(3, NOW + 10 * i)), NOW)
+    r.flush()
+    # COUNT keeps variable 3 (two routes, 0.2 in all) before variable 1 (one route worth 100): the
+    # paper's COUNT ranks by matching subscriptions, not by their prices.
+    assert ch.shaper.dropped_vars[1] > ch.shaper.dropped_vars[3]
 
 
 def test_a_shaped_channel_sheds_low_values_and_reports_the_drops() -> None:

@@ -1,4 +1,4 @@
-"""Router CPU overload: HAPS Eqs. 1-10 (worked examples, docs/overload.md), link choice and hysteresis."""
+"""Router CPU overload: HAPS Eqs. 1-10 (worked examples, docs/overload.md), the trigger, link choice and hysteresis."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from gridstat.errors import ValidationError
 from gridstat.router import shedding
-from gridstat.router.shedding import LinkShedder, LoadEstimator, OverloadConfig, Strategy
+from gridstat.router.shedding import Decision, LinkShedder, LoadEstimator, OverloadConfig, Strategy, Trigger
 from gridstat.router.tables import Route, RoutingTable, ShedTarget, Target, Variant
 
 
@@ -19,9 +19,26 @@ def test_eqs_1_to_3() -> None:
     assert shedding.shedding_timeout(1e-3, 0.1) == pytest.approx(0.01)  # Eq. 3
 
 
+def test_per_message_estimate_follows_eqs_1_to_3() -> None:
+    est = LoadEstimator(0.1)
+    est.observe_message(arrival_s=0.0, delay_s=1e-4)  # the first message seeds Delta
+    assert est.delay_s == pytest.approx(1e-4) and est.interarrival_s == 0.0
+    est.observe_message(arrival_s=1e-3, delay_s=shedding.processing_delay(4000))  # Eq. 1: 2e-4 s
+    assert est.delay_s == pytest.approx(1.1e-4)  # Eq. 2
+    assert est.interarrival_s == pytest.approx(1e-3)
+    assert est.timeout_s() == pytest.approx(0.01)  # Eq. 3: 1e-3 / 0.1
+    est.observe_message(arrival_s=4e-3, delay_s=1.1e-4)  # a 3 ms gap moves delta by w
+    assert est.interarrival_s == pytest.approx(0.9 * 1e-3 + 0.1 * 3e-3)
+    assert est.delay_s == pytest.approx(1.1e-4)
+
+
 def test_link_choice_and_eq5() -> None:
     # L1: two router-sourced subscriptions p=2, p=1; L2: direct p=10 at CSC 0.1; L3: direct p=4 at CSC 0.5.
-    values = {("L1", True): (3.0, 2), ("L2", True): (10 * 0.1, 1), ("L3", True): (4 * 0.5, 1)}
+    l1 = shedding.link_value([(2.0, 0.3), (1.0, 0.3)], direct=False)  # a router's: CSC not applied
+    l2 = shedding.link_value([(10.0, 0.1)], direct=True)
+    l3 = shedding.link_value([(4.0, 0.5)], direct=True)
+    assert (l1, l2, l3) == pytest.approx((3.0, 1.0, 2.0))
+    values = {("L1", True): (l1, 2), ("L2", True): (l2, 1), ("L3", True): (l3, 1)}
     assert shedding.choose_victim(values, set(), Strategy.CHEAPEST) == ("L2", True)
     assert shedding.gain_link_shedding([10], [2, 1, 10, 4]) == pytest.approx(0.588235, abs=1e-6)
 
@@ -105,7 +122,9 @@ def test_shed_unit_compiles_to_a_counting_target_and_back() -> None:
 
 
 def config(**kw: object) -> OverloadConfig:
-    base: dict[str, object] = dict(enabled=True, weight=1.0, drop_load=0.9, reintegrate_load=0.5, min_timeout_s=1.0)
+    """The load trigger (the router's earlier rule), which these tests were written for."""
+    base: dict[str, object] = dict(enabled=True, trigger=Trigger.LOAD, weight=1.0, drop_load=0.9,
+                                   reintegrate_load=0.5, min_timeout_s=1.0)
     base.update(kw)
     return OverloadConfig(**base)  # type: ignore[arg-type]
 
@@ -165,6 +184,66 @@ def test_synthetic_cost_model() -> None:
     assert action is not None and s.estimator.load == pytest.approx(1.0)
 
 
+def test_the_delay_trigger_decides_on_the_weighted_delay_and_waits_st() -> None:
+    cfg = OverloadConfig(enabled=True, drop_delay_s=2e-4, reintegrate_delay_s=1.5e-4)
+    assert cfg.trigger is Trigger.DELAY  # HAPS's rule is the default
+
+    def decide(delay_s: float, *, since: float = 1.0, load: float = 0.0, shed: bool = True,
+               c: OverloadConfig = cfg) -> shedding.Decision:
+        return shedding.decide(c, delay_s=delay_s, load=load, since_change_s=since, timeout_s=0.01, any_shed=shed)
+
+    assert decide(2.1e-4) is Decision.SHED  # whatever the load
+    assert decide(2.1e-4, since=0.009) is Decision.HOLD  # within sT of the previous action
+    assert decide(1.4e-4) is Decision.REINTEGRATE
+    assert decide(1.4e-4, shed=False) is Decision.HOLD  # nothing to bring back
+    assert decide(1.8e-4) is Decision.HOLD  # between the thresholds
+    # The load rule, kept as an option, looks at Delta / delta instead of Delta.
+    load = OverloadConfig(enabled=True, trigger=Trigger.LOAD, drop_load=0.9, reintegrate_load=0.6)
+    assert decide(1.0, load=0.7, c=load) is Decision.HOLD  # a delay of 1 s, but 70 % of the CPU
+    assert decide(1e-9, load=0.95, c=load) is Decision.SHED
+    assert decide(1.0, load=0.5, c=load) is Decision.REINTEGRATE
+
+
+def test_router_shedder_with_the_delay_trigger() -> None:
+    # 20 us per event at one event every 100 us: a fifth of the CPU (the load rule would hold), but the
+    # weighted delay is above a 15 us drop threshold.
+    t, _ = table()
+    s = LinkShedder(t, OverloadConfig(enabled=True, weight=1.0, drop_delay_s=15e-6, reintegrate_delay_s=5e-6,
+                                      min_timeout_s=1.0))
+    action = s.tick(10.0, busy_s=0.02, events=1000, copies=0, elapsed_s=0.1)
+    assert action is not None and action.shed and action.delay_s == pytest.approx(20e-6)
+    assert action.load == pytest.approx(0.2)
+    assert s.tick(10.5, busy_s=0.02, events=1000, copies=0, elapsed_s=0.1) is None  # within the timeout
+    back = s.tick(11.6, busy_s=0.001, events=1000, copies=0, elapsed_s=0.1)
+    assert back is not None and not back.shed
+    same = LinkShedder(table()[0], config(drop_load=0.9))  # the load trigger: 0.2 is no overload
+    assert same.tick(10.0, busy_s=0.02, events=1000, copies=0, elapsed_s=0.1) is None
+
+
+def test_paper_shedding_never_acts_twice_within_st() -> None:
+    """The paper's loop: Eq. 1-2 per message, the delay trigger, sT = delta / w (Eq. 3) between actions."""
+    cfg = OverloadConfig(enabled=True, weight=0.1, drop_delay_s=2e-4, reintegrate_delay_s=1.5e-4, min_timeout_s=0)
+    est = LoadEstimator(cfg.weight)
+    rnd = random.Random(5)
+    now, last, shed = 0.0, -float("inf"), 0
+    actions: list[tuple[float, float]] = []  # (time, sT then)
+    for _ in range(20_000):
+        now += rnd.expovariate(1000.0)  # a message every ms on average
+        comparisons = rnd.randint(2000, 6000) - 1500 * shed  # every shed link saves comparisons
+        est.observe_message(arrival_s=now, delay_s=shedding.processing_delay(max(0, comparisons)))
+        timeout = est.timeout_s()
+        d = shedding.decide(cfg, delay_s=est.delay_s, load=est.load, since_change_s=now - last, timeout_s=timeout,
+                            any_shed=shed > 0)
+        if d is not Decision.HOLD:
+            shed += 1 if d is Decision.SHED else -1
+            actions.append((now, timeout))
+            last = now
+    assert len(actions) >= 10
+    assert all(b - a >= st for (a, _), (b, st) in itertools.pairwise(actions))
+    # The first message knows no inter-arrival time yet; then delta ~ 1 ms and w = 0.1 make sT ~ 10 ms.
+    assert all(0.004 < st < 0.03 for _, st in actions[1:])
+
+
 def test_config_is_validated() -> None:
     with pytest.raises(ValidationError):
         OverloadConfig(drop_load=0.5, reintegrate_load=0.6)
@@ -172,3 +251,9 @@ def test_config_is_validated() -> None:
         OverloadConfig(weight=0)
     with pytest.raises(ValidationError):
         Strategy.parse("richest")
+    with pytest.raises(ValidationError):
+        Trigger.parse("cpu")
+    with pytest.raises(ValidationError):
+        OverloadConfig(drop_delay_s=1e-4, reintegrate_delay_s=1e-4)
+    with pytest.raises(ValidationError):
+        OverloadConfig(drop_delay_s=float("nan"))

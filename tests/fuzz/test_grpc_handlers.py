@@ -560,7 +560,7 @@ ROWS: list[Row] = [
           "AddInterCloudChannel RemoveInterCloudChannel RemoveChildBroker GetTopology Health DefineMode ChangeMode "
           "SetFlooding RemoveFlooding ListFlooding", 25),
     *rows("QoSBroker", "parent", "AddChildBroker", DIALING),
-    *rows("Segments", "parent", "ReserveSegment CommitSegment AbortSegment ResolveVariable", 25),
+    *rows("Segments", "parent", "ReserveSegment CommitSegment AbortSegment ResolveVariable ReportBroken", 25),
     *rows("AdmissionControl", "admission", "Advertise Unadvertise SyncAdvertisements DeclareResources "
           "GetRequirement Admit Release GetState"),
 ]

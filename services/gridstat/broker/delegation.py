@@ -108,9 +108,18 @@ class Held:
     via: str           # the child it was delegated to; "" = a channel registered at this broker
     routers: list[str] = field(default_factory=list)
     latency_ms: float = 0.0
+    #: Which plan of the subscription it belongs to: 0 first, then one more each time the subscription
+    #: is planned again around a failure (docs/redundancy.md, "Healing"), so that the new pieces are
+    #: reserved and committed beside the old ones before those go.
+    generation: int = 0
 
     def key(self, sid: str) -> pb.SegmentKey:
-        return pb.SegmentKey(subscription_id=sid, mode=self.mode, redundant_index=0, cloud=self.key_cloud)
+        return pb.SegmentKey(subscription_id=sid, mode=self.mode, redundant_index=self.generation,
+                             cloud=self.key_cloud)
+
+    def local_key(self, sid: str) -> str:
+        """The key of an inter-cloud channel reserved in this broker's own books."""
+        return f"{sid}.m{self.mode}.r{self.generation}.{self.key_cloud}"
 
 
 @dataclass
@@ -156,7 +165,8 @@ class InterSub:
 
 async def reserve_pieces(peers: Peers, child_address: dict[str, str], child_clouds: dict[str, frozenset[str]],
                          books: plan.InterCloudBooks, sub: InterSub, q: ModeQoS, hops: tuple[plan.Hop, ...],
-                         segments: tuple[plan.SegmentPlan, ...]) -> tuple[list[Held], list[GridStatError]]:
+                         segments: tuple[plan.SegmentPlan, ...], *, generation: int = 0
+                         ) -> tuple[list[Held], list[GridStatError]]:
     """Reserve all segments and channels of one mode concurrently; returns what was reserved and the refusals."""
     sid = sub.subscription_id
 
@@ -164,7 +174,7 @@ async def reserve_pieces(peers: Peers, child_address: dict[str, str], child_clou
         child = plan.child_for(s.cloud, child_clouds)
         if child is None:
             raise NotFound(f"cloud {s.cloud!r} is not in this broker's subtree", field="cloud")
-        held = Held(s.kind, s.cloud, q.mode, child)
+        held = Held(s.kind, s.cloud, q.mode, child, generation=generation)
         reply = await peers(child_address[child]).segments.ReserveSegment(pb.ReserveSegmentRequest(
             key=held.key(sid), kind=_KIND_PB[s.kind], from_router=s.from_router, to_router=s.to_router,
             next_channel=s.next_channel, variable_id=sub.variable_id, pub_interval_ms=sub.pub_interval_ms,
@@ -178,13 +188,13 @@ async def reserve_pieces(peers: Peers, child_address: dict[str, str], child_clou
     async def channel(h: plan.Hop) -> Held:
         key_cloud = f"{h.src_cloud}>{h.dst_cloud}"
         if books.owns(h):
-            books.reserve(f"{sid}.m{q.mode}.r0.{key_cloud}", q.mode, h, sub.variable_id, sub.pub_interval_ms,
-                          q.interval_ms)
-            return Held("channel", key_cloud, q.mode, "", [], h.latency_ms)
+            mine = Held("channel", key_cloud, q.mode, "", [], h.latency_ms, generation)
+            books.reserve(mine.local_key(sid), q.mode, h, sub.variable_id, sub.pub_interval_ms, q.interval_ms)
+            return mine
         owner = plan.channel_owner(h.src_cloud, h.dst_cloud, child_clouds)
         if owner is None:
             raise NotFound(f"inter-cloud channel {h.name} is not registered here", field="channel")
-        held = Held("channel", key_cloud, q.mode, owner, [], h.latency_ms)
+        held = Held("channel", key_cloud, q.mode, owner, [], h.latency_ms, generation)
         reply = await peers(child_address[owner]).segments.ReserveSegment(pb.ReserveSegmentRequest(
             key=held.key(sid), kind=pb.SEGMENT_KIND_CHANNEL, from_router=h.src_router, to_router=h.dst_router,
             variable_id=sub.variable_id, pub_interval_ms=sub.pub_interval_ms, qos=qos_pb(q),
@@ -218,7 +228,7 @@ async def release_pieces(peers: Peers, child_address: dict[str, str], books: pla
     n = 0
     for h in reversed(held):
         if not h.via:
-            n += books.release(f"{sid}.m{h.mode}.r0.{h.key_cloud}", h.mode)
+            n += books.release(h.local_key(sid), h.mode)
             continue
         try:
             reply = await peers(child_address[h.via]).segments.AbortSegment(h.key(sid), timeout=RPC_TIMEOUT_S)
@@ -277,6 +287,16 @@ class UpLink:
         cloud.store.set_meta(f"delegated:{sid}", "")
         cloud.store.set_meta(f"delegated-by:{sid}", "")
         return int(reply.routes_removed)
+
+    async def report_broken(self, cloud: Cloud, sids: list[str], down: list[str]) -> None:
+        """Tell the parent which inter-cloud subscriptions' segments could not be re-planned in ``cloud``
+        and which of its routers are down (docs/redundancy.md, "Healing"); logged if it cannot be told."""
+        try:
+            await self.peers(self.address).segments.ReportBroken(pb.ReportBrokenRequest(
+                cloud=cloud.name, subscription_ids=sids, down_routers=down), timeout=RPC_TIMEOUT_S * 3)
+        except grpc.aio.AioRpcError as exc:
+            log.warning("broker %s: could not tell parent %s about %s: %s", cloud.name, self.address, sids,
+                        exc.details())
 
     async def close(self) -> None:
         await self.peers.close()

@@ -21,13 +21,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
 from gridstat.broker import installer
 from gridstat.broker.installer import RouterChange
+from gridstat.broker.topology import RouterRole
 from gridstat.core.aio import create_guarded_task
 from gridstat.errors import GridStatError
 from gridstat.v1 import router_pb2 as rpb
@@ -68,15 +70,21 @@ class PathRepair:
         self.unrepaired: set[str] = set()
         #: The last pass that re-planned something or found nothing to re-plan onto (None before).
         self.last: Repair | None = None
+        #: Tells the parent broker the inter-cloud subscriptions whose segments here had no replacement
+        #: and the routers that are down (``delegation.UpLink.report_broken``); None without a parent.
+        self.report: Callable[[list[str], list[str]], Coroutine[Any, Any, None]] | None = None
+        self._told_down = False
 
     async def router_down(self, name: str) -> None:
         """The supervisor's hook: ``name`` stopped answering."""
         await self.run(f"router {name} down")
 
     async def router_up(self, name: str) -> None:
-        """The supervisor's hook: ``name`` answers again; what could not be repaired is tried again."""
+        """The supervisor's hook: ``name`` answers again; what could not be repaired is tried again, and
+        the parent learns that it may plan inter-cloud paths over it again."""
         if self.unrepaired:
             await self.run(f"router {name} up")
+        self._tell_parent([])
 
     async def run(self, cause: str) -> Repair:
         """Re-plan every subscription with a broken path and install the new paths."""
@@ -119,11 +127,27 @@ class PathRepair:
                         cloud.store.put_subscription(record)
                 outcome.repaired = len(after)
                 self.repaired += len(after)
+        self._tell_parent(sorted({sid.rsplit(".m", 1)[0] for sid in self.unrepaired
+                                  if sid in st.subscriptions and st.subscriptions[sid].segment}))
         if after or outcome.unrepaired:
             self.last = outcome
             log.warning("broker %s: %s: %d subscription(s) re-planned in %.3f s, %d without a replacement path",
                         cloud.name, cause, outcome.repaired, outcome.took_s, outcome.unrepaired)
         return outcome
+
+    def _tell_parent(self, inter_cloud: list[str]) -> None:
+        """Report to the parent in the background (it calls back here to reserve new segments)."""
+        report = self.report
+        if report is None or (not inter_cloud and not self.cloud.state.down and not self.cloud.state.down_channels
+                              and not self._told_down):
+            return
+        st = self.cloud.state
+        # A border router cut off by a failed channel is as useless to inter-cloud paths as a dead one.
+        cut_off = {r for pair in st.down_channels for r in pair
+                   if r in st.topology.routers and st.topology.router(r).role is RouterRole.BORDER}
+        down = sorted(st.down | cut_off)
+        self._told_down = bool(down)
+        create_guarded_task(report(inter_cloud, down), name=f"broker-{self.cloud.name}-report-broken")
 
     def _changes(self, before: dict[str, SubscriptionRecord], after: dict[str, SubscriptionRecord]
                  ) -> tuple[dict[str, RouterChange], dict[str, list[tuple[str, int, int]]]]:

@@ -156,6 +156,12 @@ class LeafBroker:
             return
         self._started = True
         self._load()
+        uplink = self.uplink
+        if uplink is not None:  # segments with no way around a failure here are planned again above
+            async def report(sids: list[str], down: list[str]) -> None:
+                await uplink.report_broken(self.cloud, sids, down)
+
+            self.healing.report = report
         self._task = create_guarded_task(self.supervisor.run(), name=f"broker-{self.name}-supervise")
         for name in self.cloud.links:
             self.link_watch.follow(name)

@@ -18,6 +18,7 @@ registered here and the inter-cloud subscriptions itself. ``ParentServicer`` and
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import time
 from dataclasses import asdict
@@ -42,12 +43,15 @@ from gridstat.broker.parent_modes import ParentModes
 from gridstat.broker.parent_store import ParentStore
 from gridstat.broker.rejections import NoFeasiblePath
 from gridstat.broker.service import ADMISSION_ERRORS, qos_from_pb, rejection
+from gridstat.broker.state import ModeQoS
 from gridstat.broker.subtree import Subtree
 from gridstat.core import rpc
 from gridstat.core.tls import TlsFiles
 from gridstat.errors import GridStatError, NotFound, TypeMismatch, UnknownVariable, ValidationError
 from gridstat.v1 import broker_pb2 as pb
 from gridstat.v1 import broker_pb2_grpc as pb_grpc
+
+log = logging.getLogger(__name__)
 
 _LEAF_ONLY = "is a leaf broker call; a parent broker does not own routers or clients"
 
@@ -67,6 +71,11 @@ class ParentBroker:
         self.pending: dict[str, tuple[float, dict[str, Any]]] = {}
         self.version = 0
         self.lock = asyncio.Lock()
+        #: The routers each cloud below reports down (``report_broken``): inter-cloud plans avoid them.
+        self.down: dict[str, set[str]] = {}
+        #: Inter-cloud subscriptions planned again around a failure, and those that could not be.
+        self.rerouted = 0
+        self.unrerouted: set[str] = set()
         #: Key the inter-cloud channels this broker registers (``--channel-auth routers|all``): a random
         #: 32-byte key per channel, sent to both leaves with AddInterCloudChannel (docs/security.md).
         self.channel_auth = False
@@ -82,7 +91,7 @@ class ParentBroker:
             self.subs[s.subscription_id] = s
             for h in s.held:
                 if h.kind == "channel" and not h.via:
-                    self._reserve_local(f"{s.subscription_id}.m{h.mode}.r0.{h.key_cloud}", h, s)
+                    self._reserve_local(h.local_key(s.subscription_id), h, s)
         for d in store.all("forwarded"):
             self.forwarded[d["subscription_id"]] = d
         for d in store.all("chanres"):
@@ -226,9 +235,11 @@ class ParentBroker:
             self.store.put("sub", sub.subscription_id, sub.to_json())
         return sub.reply()
 
-    async def _admit_mode(self, sub: InterSub, q: Any, publisher_edge: str) -> list[Held]:
+    async def _admit_mode(self, sub: InterSub, q: Any, publisher_edge: str, generation: int = 0) -> list[Held]:
         minimum: dict[str, float] = {}
-        channels = [*self.books.channels.values(), *self.tree.below]
+        down = {r for routers in self.down.values() for r in routers}
+        channels = [ch for ch in (*self.books.channels.values(), *self.tree.below)
+                    if ch.router_a not in down and ch.router_b not in down]
         for attempt in (0, 1):
             usable = self.books.usable(q.mode, sub.variable_id, sub.pub_interval_ms, q.interval_ms)
             hops = plan.cloud_path(channels, sub.pub_cloud, sub.cloud, usable=usable, crossing=minimum)
@@ -241,7 +252,7 @@ class ParentBroker:
             segments = plan.plan_segments(sub.pub_cloud, hops, budgets, publisher_edge=publisher_edge,
                                           subscriber_edge=sub.edge_router, subscriber=sub.subscriber)
             held, errors = await reserve_pieces(self.peers, self.tree.addresses(), self.tree.child_clouds, self.books,
-                                                sub, q, hops, segments)
+                                                sub, q, hops, segments, generation=generation)
             if not errors:
                 return held
             await release_pieces(self.peers, self.tree.addresses(), self.books, sub.subscription_id, held)
@@ -254,6 +265,66 @@ class ParentBroker:
                 if best is not None and best.best_latency_ms is not None:
                     minimum[s.cloud] = best.best_latency_ms
         raise AssertionError("unreachable")
+
+    # -- healing (docs/redundancy.md, "Healing") ---------------------------------------------------
+    async def report_broken(self, cloud: str, sids: list[str], down: list[str]) -> tuple[int, int]:
+        """A cloud below could not re-plan these inter-cloud subscriptions' segments inside itself, and
+        these of its routers are down: plan the ones this broker holds again around every router known
+        to be down, and pass the others on to the broker that planned them. (rerouted, unrerouted)."""
+        self.down[cloud] = set(down)
+        mine = [sid for sid in dict.fromkeys(sids) if sid in self.subs]
+        up = [sid for sid in dict.fromkeys(sids) if sid in self.forwarded]
+        if self.parent and (up or sids == []):
+            try:
+                reply = await self.peers(self.parent).segments.ReportBroken(pb.ReportBrokenRequest(
+                    cloud=cloud, subscription_ids=up, down_routers=down), timeout=RPC_TIMEOUT_S * 3)
+                self.rerouted += reply.rerouted
+            except grpc.aio.AioRpcError as exc:
+                log.warning("parent %s: could not pass broken subscriptions %s up: %s", self.name, up, exc.details())
+        if not sids:  # routers came back: what could not be re-planned is tried again
+            mine = [sid for sid in self.unrerouted if sid in self.subs]
+        done = 0
+        for sid in mine:
+            if await self.reroute(sid):
+                done += 1
+                self.unrerouted.discard(sid)
+            else:
+                self.unrerouted.add(sid)
+        return done, len(mine) - done
+
+    async def reroute(self, sid: str) -> bool:
+        """Plan an inter-cloud subscription again around the routers that are down. Its old pieces go
+        first: they are broken (a leaf could not re-plan one inside its cloud), and a new segment could
+        not enter a router the old one still feeds (the loop-free tree rule). The new pieces take a new
+        generation of keys. With no plan the subscription holds nothing until a report that routers came
+        back (``report_broken`` with no subscriptions) tries it again. True when it was planned again."""
+        async with self.lock:
+            sub = self.subs.get(sid)
+            if sub is None:
+                return False
+            pub = await self.tree.resolve(sub.variable)
+            if pub is None:
+                return False
+            generation = 1 + max((h.generation for h in sub.held), default=0)
+            old, sub.held = sub.held, []
+            await release_pieces(self.peers, self.tree.addresses(), self.books, sid, old)
+            new: list[Held] = []
+            try:
+                for q in sub.qos:
+                    new += await self._admit_mode(sub, ModeQoS(**q), pub.edge_router, generation)
+                await commit_pieces(self.peers, self.tree.addresses(), sid, new)
+            except (GridStatError, grpc.aio.AioRpcError) as exc:
+                await release_pieces(self.peers, self.tree.addresses(), self.books, sid, new)
+                self.store.put("sub", sid, sub.to_json())
+                log.warning("parent %s: %s could not be planned again around %s: %s", self.name, sid,
+                            sorted(r for rs in self.down.values() for r in rs), exc)
+                return False
+            sub.held = new
+            self.store.put("sub", sid, sub.to_json())
+            self.rerouted += 1
+            log.warning("parent %s: %s planned again around %s: %s", self.name, sid,
+                        sorted(r for rs in self.down.values() for r in rs), " ".join(r for h in new for r in h.routers))
+            return True
 
     async def unsubscribe(self, sid: str) -> int:
         if sid in self.subs:
@@ -483,6 +554,14 @@ class ParentSegmentsServicer(pb_grpc.SegmentsServicer):
 
     async def AbortSegment(self, request: pb.SegmentKey, context: Any) -> pb.SegmentReply:
         return await self._finish(request, context, commit=False)
+
+    async def ReportBroken(self, request: pb.ReportBrokenRequest, context: Any) -> pb.ReportBrokenReply:
+        async def call() -> pb.ReportBrokenReply:
+            done, left = await self.broker.report_broken(request.cloud, list(request.subscription_ids),
+                                                         list(request.down_routers))
+            return pb.ReportBrokenReply(rerouted=done, unrepaired=left)
+
+        return await rpc.guarded(context, call)
 
     async def ResolveVariable(self, request: pb.ResolveVariableRequest, context: Any) -> pb.RegisterPublicationReply:
         async def call() -> pb.RegisterPublicationReply:

@@ -162,7 +162,7 @@ RULES: Mapping[str, frozenset[str]] = {
     }),
     # The brokers' inter-cloud segment protocol.
     **_service("Segments", {m: _BROKERS for m in (
-        "ReserveSegment", "CommitSegment", "AbortSegment", "ResolveVariable")}),
+        "ReserveSegment", "CommitSegment", "AbortSegment", "ResolveVariable", "ReportBroken")}),
     # The admission controller: consulted by leaf brokers; its state read by administrators.
     **_service("AdmissionControl", {
         **{m: _BROKERS for m in (

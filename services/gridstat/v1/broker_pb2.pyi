@@ -1430,6 +1430,59 @@ class AnnounceRouterReply(_message.Message):
 Global___AnnounceRouterReply: _TypeAlias = AnnounceRouterReply  # noqa: Y015
 
 @_typing.final
+class ReportBrokenRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CLOUD_FIELD_NUMBER: _builtins.int
+    SUBSCRIPTION_IDS_FIELD_NUMBER: _builtins.int
+    DOWN_ROUTERS_FIELD_NUMBER: _builtins.int
+    cloud: _builtins.str
+    @_builtins.property
+    def subscription_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """inter-cloud subscriptions (none: only the routers changed)"""
+
+    @_builtins.property
+    def down_routers(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """every router of the cloud that is down now"""
+
+    def __init__(
+        self,
+        *,
+        cloud: _builtins.str = ...,
+        subscription_ids: _abc.Iterable[_builtins.str] | None = ...,
+        down_routers: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cloud", b"cloud", "down_routers", b"down_routers", "subscription_ids", b"subscription_ids"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReportBrokenRequest: _TypeAlias = ReportBrokenRequest  # noqa: Y015
+
+@_typing.final
+class ReportBrokenReply(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REROUTED_FIELD_NUMBER: _builtins.int
+    UNREPAIRED_FIELD_NUMBER: _builtins.int
+    rerouted: _builtins.int
+    unrepaired: _builtins.int
+    def __init__(
+        self,
+        *,
+        rerouted: _builtins.int = ...,
+        unrepaired: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["rerouted", b"rerouted", "unrepaired", b"unrepaired"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReportBrokenReply: _TypeAlias = ReportBrokenReply  # noqa: Y015
+
+@_typing.final
 class SegmentKey(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -1399,6 +1399,11 @@ class SegmentsStub:
                 request_serializer=gridstat_dot_v1_dot_broker__pb2.ResolveVariableRequest.SerializeToString,
                 response_deserializer=gridstat_dot_v1_dot_broker__pb2.RegisterPublicationReply.FromString,
                 _registered_method=True)
+        self.ReportBroken = channel.unary_unary(
+                '/gridstat.v1.Segments/ReportBroken',
+                request_serializer=gridstat_dot_v1_dot_broker__pb2.ReportBrokenRequest.SerializeToString,
+                response_deserializer=gridstat_dot_v1_dot_broker__pb2.ReportBrokenReply.FromString,
+                _registered_method=True)
 
 
 class SegmentsServicer:
@@ -1434,6 +1439,15 @@ class SegmentsServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReportBroken(self, request, context):
+        """A leaf tells its parent the inter-cloud subscriptions whose segments it could not re-plan inside its
+        cloud, and which of its routers are down (docs/redundancy.md, "Healing"): the broker that planned
+        them plans them again around those routers (another inter-cloud channel, other segments).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SegmentsServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -1456,6 +1470,11 @@ def add_SegmentsServicer_to_server(servicer, server):
                     servicer.ResolveVariable,
                     request_deserializer=gridstat_dot_v1_dot_broker__pb2.ResolveVariableRequest.FromString,
                     response_serializer=gridstat_dot_v1_dot_broker__pb2.RegisterPublicationReply.SerializeToString,
+            ),
+            'ReportBroken': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportBroken,
+                    request_deserializer=gridstat_dot_v1_dot_broker__pb2.ReportBrokenRequest.FromString,
+                    response_serializer=gridstat_dot_v1_dot_broker__pb2.ReportBrokenReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1571,6 +1590,33 @@ class Segments:
             '/gridstat.v1.Segments/ResolveVariable',
             gridstat_dot_v1_dot_broker__pb2.ResolveVariableRequest.SerializeToString,
             gridstat_dot_v1_dot_broker__pb2.RegisterPublicationReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportBroken(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gridstat.v1.Segments/ReportBroken',
+            gridstat_dot_v1_dot_broker__pb2.ReportBrokenRequest.SerializeToString,
+            gridstat_dot_v1_dot_broker__pb2.ReportBrokenReply.FromString,
             options,
             channel_credentials,
             insecure,

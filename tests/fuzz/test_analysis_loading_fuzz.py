@@ -5,18 +5,18 @@ that breaks without a position has no line); nothing else escapes."""
 
 from __future__ import annotations
 
-import copy
 import re
 from typing import Any
 
 import yaml
-from hypothesis import HealthCheck, example, given, settings
+import yamlfuzz
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from gridstat.analysis.loading import TopologyFileError, parse_analysis_file
 from gridstat.analysis.workloads import Workload
 
-FUZZ = settings(max_examples=300, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = yamlfuzz.FUZZ
 WHERE = re.compile(r"^fuzz\.yaml:\d+: ")
 
 EXAMPLE = """\
@@ -40,26 +40,10 @@ GENERATED = "generate: {brokers: 15, max_per_level: 4, arity: 2}\n" \
             "uniform: {classes: 3, subscriptions: 100, lifetime_s: 60, publication_rate: 10}\n"
 DOCS = [yaml.safe_load(EXAMPLE), yaml.safe_load(GENERATED)]
 
-values = st.recursive(
-    st.one_of(st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(allow_nan=True),
-              st.sampled_from(["", "root", "west", "west-1", "r9", "exponential", "0", "-1", "1e9", "x" * 200]),
-              st.text(max_size=10)),
-    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=8), inner, max_size=3)),
-    max_leaves=6)
+values = yamlfuzz.values(["root", "west", "west-1", "r9", "exponential"])
 
 
-def _paths(node: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    out = [prefix]
-    if isinstance(node, dict):
-        for k, v in node.items():
-            out += _paths(v, (*prefix, k))
-    elif isinstance(node, list):
-        for i, v in enumerate(node):
-            out += _paths(v, (*prefix, i))
-    return out
-
-
-PATHS = [(i, p) for i, doc in enumerate(DOCS) for p in _paths(doc)]
+PATHS = [(i, p) for i, doc in enumerate(DOCS) for p in yamlfuzz.paths(doc)]
 
 
 def _parse(text: str) -> None:
@@ -100,15 +84,4 @@ def test_any_yaml_value(value: Any) -> None:
 def test_an_example_with_one_value_replaced_or_removed(where: tuple[int, tuple[Any, ...]], value: Any,
                                                        remove: bool) -> None:
     index, path = where
-    doc = copy.deepcopy(DOCS[index])
-    if not path:
-        doc = value
-    else:
-        parent = doc
-        for key in path[:-1]:
-            parent = parent[key]
-        if remove and isinstance(parent, dict):
-            del parent[path[-1]]
-        else:
-            parent[path[-1]] = value
-    _parse(yaml.safe_dump(doc, allow_unicode=True))
+    _parse(yaml.safe_dump(yamlfuzz.mutated(DOCS[index], path, value, remove=remove), allow_unicode=True))

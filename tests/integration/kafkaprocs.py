@@ -1,4 +1,5 @@
-"""Real Apache Kafka (KRaft, one node) on 127.0.0.1 for the tests, through scripts/kafka.sh.
+"""Real Apache Kafka (KRaft, one node) on 127.0.0.1 for the tests, through scripts/kafka.sh
+(``gridstat.telemetry.localkafka``, the one ``gridstat up --kafka`` starts).
 
 ``scripts/kafka.sh run DIR PORT CPORT`` resolves the jars from Maven Central once (cached under
 ~/.cache/gridstat), formats DIR on first use and execs the broker, so the process we start is
@@ -10,81 +11,34 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import signal
-import socket
-import subprocess
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+
+from gridstat.core.ports import port_answers
+from gridstat.core.waiting import wait_for
+from gridstat.telemetry.localkafka import LocalKafka
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "scripts" / "kafka.sh"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def port_open(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(0.2)
-        return s.connect_ex(("127.0.0.1", port)) == 0
-
-
-@dataclass
-class KafkaProc:
-    dir: Path
-    port: int
-    controller_port: int
-    proc: subprocess.Popen[bytes] | None = None
-    log: IO[bytes] | None = field(default=None, repr=False)
-
-    @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
+class KafkaProc(LocalKafka):
+    """``gridstat.telemetry.localkafka.LocalKafka`` for the tests: ``start`` also waits until the broker
+    answers metadata requests, ``stop`` until its port is closed (so a restart binds it again)."""
 
     def start(self, timeout_s: float = 90.0) -> None:
-        self.log = open(self.dir / "kafka.out", "ab")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen([str(SCRIPT), "run", str(self.dir), str(self.port), str(self.controller_port)],
-                                     stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"Kafka exited with {self.proc.returncode}; see {self.dir / 'kafka.out'}")
-            if port_open(self.port):
-                wait_ready(self.bootstrap, timeout_s=max(5.0, deadline - time.monotonic()))
-                return
-            time.sleep(0.2)
-        self.stop()
-        raise RuntimeError(f"Kafka did not answer on {self.bootstrap} within {timeout_s:.0f} s")
+        super().start(timeout_s)
+        wait_ready(self.bootstrap, timeout_s=max(5.0, deadline - time.monotonic()))
 
-    def stop(self, sig: int = signal.SIGTERM) -> None:
+    def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 30.0) -> None:
         """Stop the broker (SIGKILL with ``sig=signal.SIGKILL``) and wait until its port is closed."""
-        if self.proc is not None and self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, sig)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=10)
-        if self.log is not None:
-            self.log.close()
-            self.log = None
-        for _ in range(100):
-            if not port_open(self.port):
-                break
-            time.sleep(0.1)
+        super().stop(sig, timeout_s)
+        wait_for(lambda: not port_answers(self.port), timeout_s=10, step_s=0.1)
 
 
 def start_kafka(directory: Path) -> KafkaProc:
-    directory.mkdir(parents=True, exist_ok=True)
-    k = KafkaProc(directory, free_port(), free_port())
+    k = KafkaProc(directory)
     k.start()
     return k
 

@@ -38,6 +38,8 @@ class RouterProc:
     def stop(self, sig: int = signal.SIGTERM) -> None:
         stop_process(self.proc, sig)
         self.channel.close()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
 
 
 def start_router(name: str, router_id: int, *, port: int = 0, control_port: int = 0, variant: str = "close",

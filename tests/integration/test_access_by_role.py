@@ -17,7 +17,8 @@ from gridstat.core import access
 from gridstat.core.tls import TlsFiles
 from gridstat.v1 import admission_pb2, broker_pb2, edge_pb2, router_pb2
 
-from .brokerprocs import tls_args
+from .brokerprocs import client_tls, edge_tls_args, tls_args
+from .fixtures import launched
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,27 +54,17 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, di
     subprocess.run([str(ROOT / "scripts/gen-certs.sh"), str(certs), "admission", "parent", *CALLERS],
                    check=True, capture_output=True)
     ca = str(certs / "ca.pem")
-    admin = TlsFiles(str(certs / "admin.pem"), str(certs / "admin.key"), ca)
-    started: list[Router | Broker | Admission] = []
-    try:
-        adm = Admission("adm", args=tls_args(certs, "admission")).start()
-        started.append(adm)
-        parent = Broker("P", state=str(tmp / "P.sqlite"), tls=admin,
-                        extra=("--role", "parent", *tls_args(certs, "parent"), "--peer-tls-ca", ca)).start()
-        started.append(parent)
-        leaf = Broker("A", state=str(tmp / "A.sqlite"), tls=admin, extra=(
+    admin = client_tls(certs, "admin")
+    with launched() as start:
+        adm = start(Admission("adm", args=tls_args(certs, "admission")))
+        parent = start(Broker("P", state=str(tmp / "P.sqlite"), tls=admin,
+                              extra=("--role", "parent", *tls_args(certs, "parent"), "--peer-tls-ca", ca)))
+        leaf = start(Broker("A", state=str(tmp / "A.sqlite"), tls=admin, extra=(
             *tls_args(certs, "broker"), "--router-tls-ca", ca, "--admission", adm.address,
-            "--admission-tls-ca", ca)).start()
-        started.append(leaf)
-        edge = Router("e1", router_id=1, role="edge", tls=admin, extra=(
-            *tls_args(certs, "router"), "--broker", leaf.address, "--broker-tls-ca", ca,
-            "--broker-tls-cert", str(certs / "router.pem"), "--broker-tls-key", str(certs / "router.key"))).start()
-        started.append(edge)
+            "--admission-tls-ca", ca)))
+        edge = start(Router("e1", router_id=1, role="edge", tls=admin, extra=edge_tls_args(certs, leaf.address)))
         yield certs, {"router": f"127.0.0.1:{edge.control_port}", "leaf": leaf.address, "parent": parent.address,
                       "admission": adm.address}
-    finally:
-        for p in reversed(started):
-            p.stop()
 
 
 TARGETS = [
@@ -93,8 +84,7 @@ def test_each_method_with_each_role(servers: tuple[Path, dict[str, str]], server
     wrong: list[str] = []
     denied = allowed = 0
     for identity, role in CALLERS.items():
-        creds = TlsFiles(str(certs / f"{identity}.pem"), str(certs / f"{identity}.key"),
-                         str(certs / "ca.pem")).channel_credentials()
+        creds = client_tls(certs, identity).channel_credentials()
         with grpc.secure_channel(addresses[server], creds) as channel:
             for method, streaming in table:
                 code, details = call(channel, method, streaming)
@@ -118,7 +108,7 @@ def test_a_router_with_broker_identity_takes_changes_from_its_own_leaf_broker_on
     subprocess.run([str(ROOT / "scripts/gen-certs.sh"), str(certs), "router", "admin", "broker-a", "broker-b"],
                    check=True, capture_output=True)
     ca = str(certs / "ca.pem")
-    admin = TlsFiles(str(certs / "admin.pem"), str(certs / "admin.key"), ca)
+    admin = client_tls(certs, "admin")
     router = Router("i1", router_id=2, role="internal", tls=admin,
                     extra=(*tls_args(certs, "router"), "--broker-identity", "broker-a")).start()
     try:

@@ -25,11 +25,11 @@ from gridstat.v1 import admission_pb2_grpc as apb_grpc
 from gridstat.v1 import broker_pb2 as bpb
 from gridstat.v1 import router_pb2 as rpb
 
-from .brokerprocs import BrokerProc, add_link, add_router, start_broker
-from .routerprocs import RouterProc, start_router, stop_process
+from . import brokerprocs
+from .brokerprocs import FLOAT, BrokerProc, Cloud
+from .routerprocs import RouterProc, stop_process
 
 pytestmark = pytest.mark.integration
-FLOAT = bpb.ValueType(kind=bpb.VALUE_KIND_FLOAT)
 # Memory per hop is 512 + rate * 35 bytes: 4,012 bytes for 100 events/s; 6 KiB holds one such hop.
 TINY_MEMORY_MB = "0.006"
 
@@ -44,26 +44,11 @@ def controller(*extra: str) -> Iterator[tuple[subprocess.Popen[str], int]]:
         stop_process(proc)
 
 
-@contextlib.contextmanager
-def cloud(tmp_path: Path, controller_port: int, names: tuple[str, ...]) -> Iterator[tuple[BrokerProc,
-                                                                                           dict[str, RouterProc]]]:
-    routers: dict[str, RouterProc] = {}
-    broker = None
-    try:
-        for i, name in enumerate(names, 1):
-            routers[name] = start_router(name, i, role="edge" if name.startswith("e") else "internal")
-        broker = start_broker("A", str(tmp_path / "A.sqlite"),
-                              extra=("--admission", f"127.0.0.1:{controller_port}", "--admission-deadline-ms", "1500"))
-        for name in names:
-            add_router(broker, routers[name], "edge" if name.startswith("e") else "internal")
-        for a, b in itertools.pairwise(names):
-            add_link(broker, a, b)
-        yield broker, routers
-    finally:
-        if broker is not None:
-            broker.stop()
-        for r in routers.values():
-            r.stop()
+def cloud(tmp_path: Path, controller_port: int, names: tuple[str, ...]) -> contextlib.AbstractContextManager[Cloud]:
+    """A leaf broker deciding through the controller at ``controller_port``, over routers ``names`` in a line."""
+    roles = [(name, i, "edge" if name.startswith("e") else "internal") for i, name in enumerate(names, 1)]
+    return brokerprocs.cloud(tmp_path, roles, [(a, b, 1.0) for a, b in itertools.pairwise(names)], broker_extra=(
+        "--admission", f"127.0.0.1:{controller_port}", "--admission-deadline-ms", "1500"))
 
 
 def setup_clients(broker: BrokerProc) -> None:

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -20,6 +18,7 @@ from gridstat.v1 import broker_pb2 as bpb
 from gridstat.v1 import broker_pb2_grpc as bpb_grpc
 from gridstat.v1 import router_pb2 as rpb
 
+from .fixtures import unused_port
 from .routerprocs import RouterProc, route, start_router
 
 pytestmark = pytest.mark.integration
@@ -72,14 +71,6 @@ class FakeBroker(bpb_grpc.QoSBrokerServicer):
             inter_cloud_channels=[bpb.InterCloudChannel(cloud_a="west", router_a="r1", cloud_b="east",
                                                         router_b="b9", bandwidth_bps=10_000_000, latency_ms=12)],
             children=[])
-
-
-@contextlib.contextmanager
-def unused_port() -> Iterator[int]:
-    """A local port nobody listens on: bound (so no one else takes it) but not listening."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        yield int(sock.getsockname()[1])
 
 
 @pytest.fixture(scope="module")

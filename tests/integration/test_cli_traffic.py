@@ -17,7 +17,6 @@ import json
 import os
 import select
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -28,10 +27,13 @@ from typing import IO, Any
 
 import pytest
 
+from gridstat.chaos.diamond import LINKS, ROUTERS
 from gridstat.v1 import broker_pb2 as bpb
 
-from .brokerprocs import BrokerProc, add_link, add_router, start_broker, wait_for
-from .routerprocs import RouterProc, start_router
+from . import brokerprocs
+from .brokerprocs import BrokerProc
+from .fixtures import unused_port, wait_for
+from .routerprocs import RouterProc
 
 pytestmark = pytest.mark.integration
 
@@ -140,24 +142,8 @@ def gridstat(*argv: str) -> Client:
 
 @pytest.fixture(scope="module")
 def cloud(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cloud]:
-    state = tmp_path_factory.mktemp("cli-traffic") / "A.sqlite"
-    broker = start_broker("A", str(state))
-    routers: dict[str, RouterProc] = {}
-    try:
-        for name, rid, role in (("e1", 1, "edge"), ("i1", 2, "internal"), ("i2", 3, "internal"), ("e2", 4, "edge")):
-            extra = ("--broker", broker.address) if role == "edge" else ()
-            routers[name] = start_router(name, rid, role=role, extra=extra)
-            add_router(broker, routers[name], role)
-        for a, b, lat in (("e1", "i1", 1.0), ("i1", "e2", 1.0), ("e1", "i2", 2.0), ("i2", "e2", 2.0)):
-            add_link(broker, a, b, latency_ms=lat)
-        yield Cloud(broker, routers)
-    finally:
-        broker.stop()
-        for r in routers.values():
-            r.stop()
-        for proc in (broker.proc, *(r.proc for r in routers.values())):
-            if proc.stdout is not None:
-                proc.stdout.close()
+    with brokerprocs.cloud(tmp_path_factory.mktemp("cli-traffic"), ROUTERS, LINKS, proxied=("e1", "e2")) as c:
+        yield Cloud(*c)
 
 
 @pytest.fixture(scope="module")
@@ -271,9 +257,8 @@ def test_publisher_stats_and_clean_stop(publisher: Client) -> None:
 
 
 def test_unreachable_edge_retries_then_exits_4_with_once() -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        edge = f"127.0.0.1:{s.getsockname()[1]}"
+    with unused_port() as port:
+        edge = f"127.0.0.1:{port}"
         once = subprocess.run([sys.executable, "-m", "gridstat.cli.main", "subscribe", "--name", "ems", "--edge", edge,
                                "--variable", "pmu1/freq", "--once"], capture_output=True, text=True, timeout=30)
         assert once.returncode == 4 and "giving up" in once.stderr and "Traceback" not in once.stderr

@@ -4,7 +4,7 @@ extrapolation."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -15,18 +15,11 @@ from gridstat.router.channels import ChannelKind
 from gridstat.router.process import Role, RouteInstall, RouterConfig, StatusRouter
 from gridstat.router.tables import Route
 
+from .fixtures import eventually
+
 pytestmark = pytest.mark.integration
 
 PUB_ID = 100
-
-
-async def wait_for(cond: Callable[[], bool], timeout_s: float = 3.0) -> bool:
-    """Poll ``cond`` every 5 ms until true or the timeout; bounded."""
-    for _ in range(int(timeout_s / 0.005)):
-        if cond():
-            return True
-        await asyncio.sleep(0.005)
-    return cond()
 
 
 def route(r: StatusRouter, route_id: str, var: StatusVariable, channel: str, interval: int) -> None:
@@ -73,7 +66,8 @@ async def test_two_subscribers_get_exactly_their_filtered_timestamps(edge: Statu
                 await asyncio.sleep(0.001)  # let the router drain; publishing itself never blocks
         want_a = [t for t in stamps if filtering.should_forward(t, 10, 20)]
         want_b = [t for t in stamps if filtering.should_forward(t, 10, 30)]
-        assert await wait_for(lambda: len(got["a"]) >= len(want_a) and len(got["b"]) >= len(want_b))
+        await eventually(lambda: len(got["a"]) >= len(want_a) and len(got["b"]) >= len(want_b),
+                         what="both subscribers' filtered events")
         await asyncio.sleep(0.05)  # nothing extra trickles in
         assert got["a"] == want_a and len(want_a) == 30
         assert got["b"] == want_b and len(want_b) == 20
@@ -102,7 +96,8 @@ async def test_redundant_paths_are_deduplicated(edge: StatusRouter) -> None:
         for i in range(20):
             handle.publish(float(i), base + 10 * i)
             await asyncio.sleep(0.001)
-        assert await wait_for(lambda: sub.stats.delivered + sub.stats.duplicates + sub.stats.stale >= 40)
+        await eventually(lambda: sub.stats.delivered + sub.stats.duplicates + sub.stats.stale >= 40,
+                         what="40 copies at the subscriber")
         await asyncio.sleep(0.03)
         assert sub.stats.delivered == 20
         assert sub.stats.duplicates + sub.stats.stale == 20
@@ -122,11 +117,12 @@ async def test_violation_fires_when_the_publisher_stops(edge: StatusRouter) -> N
         async with Publisher("pmu1", PUB_ID, edge.address) as pub:
             n = await asyncio.wait_for(pub.run_periodic(pub.variable(var), lambda ts: float(ts), count=15), 3)
         assert n == 15
-        assert await wait_for(lambda: sub.stats.delivered >= 15, 1.0)
+        await eventually(lambda: sub.stats.delivered >= 15, timeout_s=1.0, what="15 events delivered")
         holder = sub.holder
         assert holder is not None
         last = holder.timestamp_ms
-        assert await wait_for(lambda: any(v.kind == "late" and v.last_ts_ms == last for v in violations), 1.0)
+        await eventually(lambda: any(v.kind == "late" and v.last_ts_ms == last for v in violations), timeout_s=1.0,
+                         what="a late violation after the last event")
         late = next(v for v in violations if v.kind == "late" and v.last_ts_ms == last)
         assert late.expected_ts_ms == last + 10
         assert late.detected_ms > last + 10 + 40
@@ -153,7 +149,7 @@ async def test_snapshot_group_delivers_complete_sets(edge: StatusRouter) -> None
             ts = base + 10 * i
             pub.publish_many([(h, float(ts + k)) for k, h in enumerate(handles)], ts)
             await asyncio.sleep(0.001)
-        assert await wait_for(lambda: len(snaps) >= 10)
+        await eventually(lambda: len(snaps) >= 10, what="10 snapshots")
         await asyncio.sleep(0.03)
         assert [s.ts_ms for s in snaps] == [base + 20 * i for i in range(10)]
         for s in snaps:
@@ -191,7 +187,7 @@ async def test_extrapolation_fills_skipped_events_and_then_reports_the_silence(e
                     handle.publish(value(ts), ts)
         last = stamps[-1]
         # After the publisher stops, max_consecutive instants are filled, then the silence is reported.
-        assert await wait_for(lambda: any(v.kind == "late" for v in violations), 3.0)
+        await eventually(lambda: any(v.kind == "late" for v in violations), what="a late violation")
         assert [h.timestamp_ms for h in got if not h.extrapolated] == [t for t in stamps if t not in skipped]
         filled = {h.timestamp_ms: h.value for h in got if h.extrapolated}
         assert set(filled) >= skipped | {last + 20, last + 40, last + 60}

@@ -7,84 +7,55 @@ values every 10 ms; subscriber "ems" at e2. The routers can load the calculator 
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
 import signal
-import socket
 import struct
 import subprocess
 import sys
 import textwrap
-import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import grpc
 import pytest
 
-from gridstat.core import wire
 from gridstat.v1 import broker_pb2 as bpb
 from gridstat.v1 import condensation_pb2 as cpb
 from gridstat.v1 import router_pb2 as rpb
 
-from .brokerprocs import BrokerProc, add_link, add_router, start_broker, wait_for
+from . import brokerprocs
+from .brokerprocs import FLOAT, BrokerProc, Cloud, register_publisher, register_subscriber, start_broker
+from .fixtures import Feed, Sink, wait_for
 from .routerprocs import RouterProc, start_router
-from .udpsink import UdpSink
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 
-FLOAT = bpb.ValueType(kind=bpb.VALUE_KIND_FLOAT)
 VALUES = {"p1": 1.0, "p2": 2.0, "p3": 6.0}  # average 3.0, sum 9.0
 EDGE = {"p1": "e1", "p2": "e1", "p3": "e2"}
 
 
-class Sink:
-    """A raw subscriber socket collecting (variable id, timestamp, float value) in a thread."""
-
-    def __init__(self) -> None:
-        self.events: list[tuple[int, int, float]] = []
-        self.udp = UdpSink(lambda d, _: self.events.extend(
-            (e.variable_id, e.timestamp_ms, struct.unpack(">d", e.value)[0]) for e in d.events))
-
-    def of(self, variable_id: int) -> list[tuple[int, float]]:
-        return [(ts, v) for vid, ts, v in list(self.events) if vid == variable_id]
-
-    @property
-    def port(self) -> int:
-        return self.udp.port
-
-    def close(self) -> None:
-        self.udp.close()
-
-
-class Feeds:
-    """Publishes every variable of ``VALUES`` every 10 ms (aligned timestamps) from a thread."""
-
-    def __init__(self, targets: dict[str, tuple[int, int, int]]) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.targets = targets  # publisher -> (edge event port, client id, variable id)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        last = seq = 0
-        while not self._stop.is_set():
-            now = time.time_ns() // 1_000_000
-            ts = now - now % 10
-            if ts > last:
-                last, seq = ts, seq + 1
-                for pub, (port, sender, var) in self.targets.items():
-                    ev = wire.encode_event(wire.Event(ts, var, struct.pack(">d", VALUES[pub])))
-                    self.sock.sendto(wire.encode_datagram(sender, seq, [ev]), ("127.0.0.1", port))
-            time.sleep(0.002)
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=2)
-        self.sock.close()
+@contextlib.contextmanager
+def feeding(broker: BrokerProc, routers: Mapping[str, RouterProc],
+            edges: Mapping[str, str]) -> Iterator[tuple[Sink, dict[str, int]]]:
+    """Publishers (name -> edge router) publishing their ``VALUES`` as ``v`` every 10 ms, and subscriber
+    ems at e2: its sink and the variable ids by publisher."""
+    sink = Sink()
+    feeds: list[Feed] = []
+    try:
+        ids: dict[str, int] = {}
+        for pub, edge in edges.items():
+            client, (ids[pub],) = register_publisher(broker, pub, edge, ("v",))
+            feeds.append(Feed(routers[edge].port, client, ids[pub], value=struct.pack(">d", VALUES[pub])))
+        register_subscriber(broker, "ems", "e2", sink.port)
+        yield sink, ids
+    finally:
+        for f in feeds:
+            f.stop()
+        sink.close()
 
 
 @pytest.fixture(scope="module")
@@ -106,49 +77,24 @@ def plugin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 
 @pytest.fixture(scope="module")
-def cloud(plugin: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerProc, dict[str, RouterProc]]]:
-    routers: dict[str, RouterProc] = {}
-    broker = None
+def cloud(plugin: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cloud]:
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(plugin), os.environ.get("PYTHONPATH", "")) if p))
-        try:
-            for name, rid, role in (("e1", 1, "edge"), ("i1", 2, "internal"), ("e2", 3, "edge")):
-                routers[name] = start_router(name, rid, role=role)
-            broker = start_broker("A", str(tmp_path_factory.mktemp("broker") / "A.sqlite"))
-            for name, role in (("e1", "edge"), ("i1", "internal"), ("e2", "edge")):
-                add_router(broker, routers[name], role)
-            add_link(broker, "e1", "i1")
-            add_link(broker, "i1", "e2")
-            yield broker, routers
-        finally:
-            if broker is not None:
-                broker.stop()
-            for r in routers.values():
-                r.stop()
+        with brokerprocs.cloud(tmp_path_factory.mktemp("broker"), [("e1", 1, "edge"), ("i1", 2, "internal"),
+                               ("e2", 3, "edge")], [("e1", "i1", 1.0), ("i1", "e2", 1.0)]) as c:
+            yield c
+
+
+#: The cloud, the subscriber's sink and the variable ids by publisher, while the publishers feed.
+Running = tuple[BrokerProc, dict[str, RouterProc], Sink, dict[str, int]]
 
 
 @pytest.fixture(scope="module")
-def running(cloud: tuple[BrokerProc, dict[str, RouterProc]]) -> Iterator[tuple[BrokerProc, dict[str, RouterProc],
-                                                                                 Sink, dict[str, int]]]:
+def running(cloud: Cloud) -> Iterator[Running]:
     """The three publishers feeding and the subscriber's sink registered; yields variable ids by publisher."""
     broker, routers = cloud
-    sink = Sink()
-    targets: dict[str, tuple[int, int, int]] = {}
-    for pub, edge in EDGE.items():
-        client = broker.stub.RegisterClient(bpb.RegisterClientRequest(
-            name=pub, kind=bpb.CLIENT_KIND_PUBLISHER, edge_router=edge, first_time=True), timeout=5)
-        reply = broker.stub.RegisterPublication(bpb.RegisterPublicationRequest(publication=bpb.Publication(
-            publisher=pub, variable="v", type=FLOAT, interval_ms=10, edge_router=edge)), timeout=5)
-        targets[pub] = (routers[edge].port, client.client_id, reply.publication.variable_id)
-    broker.stub.RegisterClient(bpb.RegisterClientRequest(
-        name="ems", kind=bpb.CLIENT_KIND_SUBSCRIBER, edge_router="e2", host="127.0.0.1", port=sink.port,
-        first_time=True), timeout=5)
-    feeds = Feeds(targets)
-    try:
-        yield broker, routers, sink, {pub: var for pub, (_, _, var) in targets.items()}
-    finally:
-        feeds.stop()
-        sink.close()
+    with feeding(broker, routers, EDGE) as (sink, ids):
+        yield broker, routers, sink, ids
 
 
 def create(broker: BrokerProc, function_id: str, inputs: list[str], output: str, *, calculator: str = "average",
@@ -177,11 +123,25 @@ def status(broker: BrokerProc, function_id: str) -> cpb.CondensationStatus | Non
     return None
 
 
+def average(broker: BrokerProc) -> int:
+    """The output variable of ``avg`` (the average of p1, p2, p3), created and subscribed to if not yet."""
+    if status(broker, "avg") is None:
+        create(broker, "avg", ["p1/v", "p2/v", "p3/v"], "avg")
+        subscribe(broker, "cf/avg", 100)
+    return next(f for f in broker.stub.ListCondensations(bpb.ListCondensationsRequest(), timeout=5).functions
+                if f.function_id == "avg").output.variable_id
+
+
+def functions(r: RouterProc) -> set[str]:
+    """The condensation functions router ``r`` runs."""
+    return {c.function_id for c in r.stub.GetStats(rpb.GetStatsRequest(), timeout=5).condensations}
+
+
 def metadata(exc: grpc.RpcError) -> dict[str, str]:
     return {k: v for k, v in (exc.trailing_metadata() or ())}  # type: ignore[attr-defined]
 
 
-def test_an_average_of_three_publishers_on_two_edges_reaches_a_subscriber(running) -> None:  # type: ignore[no-untyped-def]
+def test_an_average_of_three_publishers_on_two_edges_reaches_a_subscriber(running: Running) -> None:
     broker, _, sink, _ = running
     info = create(broker, "avg", ["p1/v", "p2/v", "p3/v"], "avg")
     # The inputs are on two edge routers: the search puts the function where the worst input path
@@ -192,8 +152,8 @@ def test_an_average_of_three_publishers_on_two_edges_reaches_a_subscriber(runnin
     out = subscribe(broker, "cf/avg", 100)
     assert [tuple(p.routers) for p in out.allocations[0].paths] == [("i1", "e2")]
     vid = info.output.variable_id
-    assert wait_for(lambda: len(sink.of(vid)) >= 5, timeout_s=8)
-    got = sink.of(vid)
+    assert wait_for(lambda: len(sink.floats(vid)) >= 5, timeout_s=8)
+    got = sink.floats(vid)
     assert all(v == pytest.approx(3.0) for _, v in got[1:])  # the first may precede an input's first event
     assert all(ts % 100 == 0 for ts, _ in got)
     assert {b - a for (a, _), (b, _) in itertools.pairwise(got)} == {100}
@@ -202,7 +162,7 @@ def test_an_average_of_three_publishers_on_two_edges_reaches_a_subscriber(runnin
     assert s.inputs >= 3 * 10 * s.outputs // 2  # every 10 ms input reaches the function
 
 
-def test_an_unknown_input_is_refused_with_the_field_and_nothing_is_left(running) -> None:  # type: ignore[no-untyped-def]
+def test_an_unknown_input_is_refused_with_the_field_and_nothing_is_left(running: Running) -> None:
     broker, routers, _, _ = running
     before = len(broker.stub.ListSubscriptions(bpb.ListSubscriptionsRequest(), timeout=5).subscriptions)
     with pytest.raises(grpc.RpcError) as info:
@@ -218,17 +178,12 @@ def test_an_unknown_input_is_refused_with_the_field_and_nothing_is_left(running)
     assert len(broker.stub.ListSubscriptions(bpb.ListSubscriptionsRequest(), timeout=5).subscriptions) == before
     pubs = broker.stub.ListPublications(bpb.ListPublicationsRequest(), timeout=5).publications
     assert "bad" not in {p.variable for p in pubs}
-    assert all(c.function_id != "bad" for r in routers.values()
-               for c in r.stub.GetStats(rpb.GetStatsRequest(), timeout=5).condensations)
+    assert all("bad" not in functions(r) for r in routers.values())
 
 
-def test_a_raising_calculator_is_counted_while_admitted_streams_keep_flowing(running) -> None:  # type: ignore[no-untyped-def]
+def test_a_raising_calculator_is_counted_while_admitted_streams_keep_flowing(running: Running) -> None:
     broker, _, sink, ids = running
-    if status(broker, "avg") is None:
-        create(broker, "avg", ["p1/v", "p2/v", "p3/v"], "avg")
-        subscribe(broker, "cf/avg", 100)
-    avg = next(f for f in broker.stub.ListCondensations(bpb.ListCondensationsRequest(), timeout=5).functions
-               if f.function_id == "avg").output.variable_id
+    avg = average(broker)
     subscribe(broker, "p2/v", 20)
     info = create(broker, "boom", ["p1/v"], "boom", calculator="boom", publisher="alarms",
                   trigger=cpb.Trigger(kind=cpb.TRIGGER_KIND_EVENTS, count=1))
@@ -237,19 +192,19 @@ def test_a_raising_calculator_is_counted_while_admitted_streams_keep_flowing(run
     s = status(broker, "boom")
     assert s is not None and s.last_error == "RuntimeError: calculator bug" and s.outputs == 0
     # The direct stream and the other function's output keep flowing on every router.
-    n_direct, n_avg = len(sink.of(ids["p2"])), len(sink.of(avg))
+    n_direct, n_avg = len(sink.floats(ids["p2"])), len(sink.floats(avg))
     # 50 a second at 20 ms and 10 a second at 100 ms: about a second's worth of each.
-    assert wait_for(lambda: len(sink.of(ids["p2"])) >= n_direct + 40 and len(sink.of(avg)) >= n_avg + 8,
-                    timeout_s=10), (len(sink.of(ids["p2"])) - n_direct, len(sink.of(avg)) - n_avg)
+    assert wait_for(lambda: len(sink.floats(ids["p2"])) >= n_direct + 40 and len(sink.floats(avg)) >= n_avg + 8,
+                    timeout_s=10), (len(sink.floats(ids["p2"])) - n_direct, len(sink.floats(avg)) - n_avg)
 
 
-def test_only_the_creator_removes_a_function(running) -> None:  # type: ignore[no-untyped-def]
+def test_only_the_creator_removes_a_function(running: Running) -> None:
     broker, routers, sink, _ = running
     info = create(broker, "sum", ["p1/v", "p3/v"], "sum", calculator="sum", creator="alice")
     subscribe(broker, "cf/sum", 100)
     vid = info.output.variable_id
-    assert wait_for(lambda: len(sink.of(vid)) >= 2, timeout_s=8)
-    assert all(v == pytest.approx(7.0) for _, v in sink.of(vid)[1:])
+    assert wait_for(lambda: len(sink.floats(vid)) >= 2, timeout_s=8)
+    assert all(v == pytest.approx(7.0) for _, v in sink.floats(vid)[1:])
     with pytest.raises(grpc.RpcError) as refused:
         broker.stub.RemoveCondensation(bpb.RemoveCondensationRequest(function_id="sum", creator="mallory"),
                                        timeout=5)
@@ -264,41 +219,32 @@ def test_only_the_creator_removes_a_function(running) -> None:  # type: ignore[n
     assert not any(s.subscription.subscription_id.startswith("cf.sum.") or s.subscription.variable == "cf/sum"
                    for s in subs)
     r = routers[info.router]
-    assert wait_for(lambda: all(c.function_id != "sum"
-                                for c in r.stub.GetStats(rpb.GetStatsRequest(), timeout=5).condensations))
-    n = len(sink.of(vid))
+    assert wait_for(lambda: "sum" not in functions(r))
+    n = len(sink.floats(vid))
     time.sleep(0.4)
-    assert len(sink.of(vid)) <= n + 1  # nothing more after the removal (one may be in flight)
+    assert len(sink.floats(vid)) <= n + 1  # nothing more after the removal (one may be in flight)
 
 
-def test_a_restarted_router_gets_its_function_back(running) -> None:  # type: ignore[no-untyped-def]
+def test_a_restarted_router_gets_its_function_back(running: Running) -> None:
     broker, routers, sink, _ = running
-    if status(broker, "avg") is None:
-        create(broker, "avg", ["p1/v", "p2/v", "p3/v"], "avg")
-        subscribe(broker, "cf/avg", 100)
-    avg = next(f for f in broker.stub.ListCondensations(bpb.ListCondensationsRequest(), timeout=5).functions
-               if f.function_id == "avg").output.variable_id
+    avg = average(broker)
     victim = routers["i1"]
     port, control_port = victim.port, victim.control_port
     victim.stop(signal.SIGKILL)
     time.sleep(0.5)
     routers["i1"] = start_router("i1", 2, port=port, control_port=control_port)
-    n = len(sink.of(avg))
-    assert wait_for(lambda: len(sink.of(avg)) >= n + 5, timeout_s=10)
-    assert all(v == pytest.approx(3.0) for _, v in sink.of(avg)[n + 1:])
+    n = len(sink.floats(avg))
+    assert wait_for(lambda: len(sink.floats(avg)) >= n + 5, timeout_s=10)
+    assert all(v == pytest.approx(3.0) for _, v in sink.floats(avg)[n + 1:])
 
 
-def test_a_restarted_broker_restores_its_functions_and_can_remove_them(running) -> None:  # type: ignore[no-untyped-def]
+def test_a_restarted_broker_restores_its_functions_and_can_remove_them(running: Running) -> None:
     broker, routers, sink, _ = running
-    if status(broker, "avg") is None:
-        create(broker, "avg", ["p1/v", "p2/v", "p3/v"], "avg")
-        subscribe(broker, "cf/avg", 100)
-    avg = next(f for f in broker.stub.ListCondensations(bpb.ListCondensationsRequest(), timeout=5).functions
-               if f.function_id == "avg").output.variable_id
+    avg = average(broker)
     broker.stop(signal.SIGKILL)
-    n = len(sink.of(avg))
+    n = len(sink.floats(avg))
     # The router runs the function without the broker (10 outputs a second).
-    assert wait_for(lambda: len(sink.of(avg)) >= n + 3, timeout_s=10), len(sink.of(avg)) - n
+    assert wait_for(lambda: len(sink.floats(avg)) >= n + 3, timeout_s=10), len(sink.floats(avg)) - n
     again = start_broker("A", broker.state)
     broker.proc, broker.port, broker.channel, broker.stub = again.proc, again.port, again.channel, again.stub
     info = next(f for f in broker.stub.ListCondensations(bpb.ListCondensationsRequest(), timeout=5).functions
@@ -309,8 +255,7 @@ def test_a_restarted_broker_restores_its_functions_and_can_remove_them(running) 
     assert create(broker, "max", ["p1/v", "p3/v"], "max", calculator="max").router == "i1"
     assert broker.stub.RemoveCondensation(bpb.RemoveCondensationRequest(function_id="avg", creator="ops"),
                                           timeout=10).subscriptions_removed == 4
-    assert wait_for(lambda: all(c.function_id != "avg" for c in
-                                routers["i1"].stub.GetStats(rpb.GetStatsRequest(), timeout=5).condensations))
+    assert wait_for(lambda: "avg" not in functions(routers["i1"]))
 
 
 def gridstat(*args: str, timeout_s: float = 20.0) -> subprocess.CompletedProcess[str]:
@@ -318,7 +263,7 @@ def gridstat(*args: str, timeout_s: float = 20.0) -> subprocess.CompletedProcess
                           timeout=timeout_s)
 
 
-def test_cli_create_list_remove(running, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_cli_create_list_remove(running: Running, tmp_path: Path) -> None:
     broker, _, sink, _ = running
     spec = tmp_path / "area.yaml"
     spec.write_text(textwrap.dedent("""
@@ -337,8 +282,8 @@ def test_cli_create_list_remove(running, tmp_path: Path) -> None:  # type: ignor
     (info,) = json.loads(made.stdout)
     assert info["function_id"] == "area-max" and info["output"] == "area/max"
     subscribe(broker, "area/max", 100)
-    assert wait_for(lambda: len(sink.of(info["output_variable_id"])) >= 3, timeout_s=8)
-    assert all(v == 6.0 for _, v in sink.of(info["output_variable_id"])[1:])
+    assert wait_for(lambda: len(sink.floats(info["output_variable_id"])) >= 3, timeout_s=8)
+    assert all(v == 6.0 for _, v in sink.floats(info["output_variable_id"])[1:])
     listed = gridstat("condense", "list", "--broker", broker.address, "-o", "json")
     assert listed.returncode == 0, listed.stderr
     (row,) = [f for f in json.loads(listed.stdout) if f["function_id"] == "area-max"]
@@ -355,35 +300,14 @@ def test_cli_create_list_remove(running, tmp_path: Path) -> None:  # type: ignor
 
 
 @pytest.fixture
-def proxied(tmp_path: Path) -> Iterator[tuple[BrokerProc, dict[str, RouterProc]]]:
+def proxied(tmp_path: Path) -> Iterator[Cloud]:
     """A broker and two edge routers that proxy their clients' commands to it (--broker)."""
-    routers: dict[str, RouterProc] = {}
-    broker = start_broker("B", str(tmp_path / "B.sqlite"))
-    try:
-        for name, rid in (("e1", 11), ("e2", 12)):
-            routers[name] = start_router(name, rid, role="edge", extra=("--broker", broker.address))
-            add_router(broker, routers[name], "edge")
-        add_link(broker, "e1", "e2")
-        yield broker, routers
-    finally:
-        broker.stop()
-        for r in routers.values():
-            r.stop()
+    with brokerprocs.edge_pair(tmp_path, ids=(11, 12), name="B") as c:
+        yield c
 
 
-def test_the_standalone_host_role_condenses_through_an_edge_router(proxied, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_the_standalone_host_role_condenses_through_an_edge_router(proxied: Cloud, tmp_path: Path) -> None:
     broker, routers = proxied
-    sink = Sink()
-    targets = {}
-    for pub, edge in (("p1", "e1"), ("p3", "e2")):
-        client = broker.stub.RegisterClient(bpb.RegisterClientRequest(
-            name=pub, kind=bpb.CLIENT_KIND_PUBLISHER, edge_router=edge, first_time=True), timeout=5)
-        reply = broker.stub.RegisterPublication(bpb.RegisterPublicationRequest(publication=bpb.Publication(
-            publisher=pub, variable="v", type=FLOAT, interval_ms=10, edge_router=edge)), timeout=5)
-        targets[pub] = (routers[edge].port, client.client_id, reply.publication.variable_id)
-    broker.stub.RegisterClient(bpb.RegisterClientRequest(
-        name="ems", kind=bpb.CLIENT_KIND_SUBSCRIBER, edge_router="e2", host="127.0.0.1", port=sink.port,
-        first_time=True), timeout=5)
     spec = tmp_path / "host.yaml"
     spec.write_text(textwrap.dedent("""
         function_id: host1
@@ -395,34 +319,32 @@ def test_the_standalone_host_role_condenses_through_an_edge_router(proxied, tmp_
           calculator: average
           trigger: {kind: time, interval_ms: 100}
     """))
-    feeds = Feeds(targets)
-    host = subprocess.Popen([sys.executable, "-m", "gridstat.cli.main", "condense", "host", "--edge",
-                             f"127.0.0.1:{routers['e1'].control_port}", "--spec", str(spec), "--exit-with-parent"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        assert host.stdout is not None
-        line = host.stdout.readline()
-        assert line.startswith("READY name=host1 output=hostpub/avg"), (line, host.stderr.read() if
-                                                                       host.poll() is not None else "")
-        vid = int(line.rsplit("variable_id=", 1)[1])
-        out = broker.stub.Subscribe(bpb.SubscribeRequest(subscription=bpb.Subscription(
-            subscriber="ems", variable="hostpub/avg", type=FLOAT, edge_router="e2",
-            qos=[bpb.ModeQoS(mode=0, interval_ms=100, latency_ms=50)])), timeout=10)
-        assert out.admitted, out.rejection
-        assert wait_for(lambda: len(sink.of(vid)) >= 4, timeout_s=8)
-        assert all(v == pytest.approx(3.5) and ts % 100 == 0 for ts, v in sink.of(vid)[1:])
-        host.send_signal(signal.SIGTERM)
-        rest, _ = host.communicate(timeout=10)
-        final = json.loads(rest.split("STATUS ", 1)[1])
-        assert final["outputs"] >= 4 and final["calculator_errors"] == 0 and final["function_id"] == "host1"
-        # On exit the host removed its input subscriptions and its publication (and so ems's subscription).
-        subs = broker.stub.ListSubscriptions(bpb.ListSubscriptionsRequest(), timeout=5).subscriptions
-        assert subs == []
-        pubs = broker.stub.ListPublications(bpb.ListPublicationsRequest(), timeout=5).publications
-        assert sorted(f"{p.publisher}/{p.variable}" for p in pubs) == ["p1/v", "p3/v"]
-    finally:
-        if host.poll() is None:
-            host.kill()
-            host.wait(timeout=5)
-        feeds.stop()
-        sink.close()
+    with feeding(broker, routers, {"p1": "e1", "p3": "e2"}) as (sink, _):
+        host = subprocess.Popen([sys.executable, "-m", "gridstat.cli.main", "condense", "host", "--edge",
+                                 f"127.0.0.1:{routers['e1'].control_port}", "--spec", str(spec), "--exit-with-parent"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            assert host.stdout is not None
+            line = host.stdout.readline()
+            assert line.startswith("READY name=host1 output=hostpub/avg"), (line, host.stderr.read() if
+                                                                           host.poll() is not None else "")
+            vid = int(line.rsplit("variable_id=", 1)[1])
+            out = broker.stub.Subscribe(bpb.SubscribeRequest(subscription=bpb.Subscription(
+                subscriber="ems", variable="hostpub/avg", type=FLOAT, edge_router="e2",
+                qos=[bpb.ModeQoS(mode=0, interval_ms=100, latency_ms=50)])), timeout=10)
+            assert out.admitted, out.rejection
+            assert wait_for(lambda: len(sink.floats(vid)) >= 4, timeout_s=8)
+            assert all(v == pytest.approx(3.5) and ts % 100 == 0 for ts, v in sink.floats(vid)[1:])
+            host.send_signal(signal.SIGTERM)
+            rest, _ = host.communicate(timeout=10)
+            final = json.loads(rest.split("STATUS ", 1)[1])
+            assert final["outputs"] >= 4 and final["calculator_errors"] == 0 and final["function_id"] == "host1"
+            # On exit the host removed its input subscriptions and its publication (and so ems's subscription).
+            subs = broker.stub.ListSubscriptions(bpb.ListSubscriptionsRequest(), timeout=5).subscriptions
+            assert subs == []
+            pubs = broker.stub.ListPublications(bpb.ListPublicationsRequest(), timeout=5).publications
+            assert sorted(f"{p.publisher}/{p.variable}" for p in pubs) == ["p1/v", "p3/v"]
+        finally:
+            if host.poll() is None:
+                host.kill()
+                host.wait(timeout=5)

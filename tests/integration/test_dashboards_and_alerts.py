@@ -27,7 +27,8 @@ from gridstat.telemetry import RoleTelemetry, roles
 from gridstat.v1 import broker_pb2 as bpb
 
 from .brokerprocs import add_link, add_router, start_broker
-from .kafkaprocs import ROOT, KafkaProc, free_port
+from .fixtures import free_port
+from .kafkaprocs import ROOT, KafkaProc
 from .routerprocs import start_router
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]

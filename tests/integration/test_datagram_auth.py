@@ -19,17 +19,11 @@ from gridstat.router.tables import Route
 from gridstat.v1 import router_pb2 as pb
 from gridstat.v1 import router_pb2_grpc as pb_grpc
 
+from .fixtures import eventually
+
 pytestmark = pytest.mark.integration
 
 PUB_KEY, SUB_KEY = b"p" * 32, b"s" * 32
-
-
-async def wait_for(cond, timeout_s: float = 3.0) -> bool:  # type: ignore[no-untyped-def]
-    for _ in range(int(timeout_s / 0.005)):
-        if cond():
-            return True
-        await asyncio.sleep(0.005)
-    return bool(cond())
 
 
 async def test_signed_stream_is_delivered_and_forgeries_and_replays_are_counted() -> None:
@@ -47,7 +41,7 @@ async def test_signed_stream_is_delivered_and_forgeries_and_replays_are_counted(
             for i in range(20):
                 handle.publish(float(i), base + 10 * i)
                 await asyncio.sleep(0.001)
-            assert await wait_for(lambda: len(got) == 20)
+            await eventually(lambda: len(got) == 20, what="20 signed events at the subscriber")
         # An attacker who knows the sender id but not the key, and one who replays a captured datagram.
         raw = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         ev = wire.encode_event(wire.Event(base + 500, var.variable_id, wire.encode_value(FLOAT, 1.0)))
@@ -58,8 +52,8 @@ async def test_signed_stream_is_delivered_and_forgeries_and_replays_are_counted(
         # And at the subscriber: a datagram "from the edge router" signed with the wrong key.
         raw.sendto(wire.sign_datagram(b"y" * 32, wire.encode_datagram(1, 77, [ev])), sub.address)
         raw.close()
-        assert await wait_for(lambda: edge.forwarder.drops["auth_failed"] == 2 and edge.forwarder.drops["replayed"] == 1
-                              and sub.stats.drops["auth_failed"] == 1)
+        await eventually(lambda: edge.forwarder.drops["auth_failed"] == 2 and edge.forwarder.drops["replayed"] == 1
+                         and sub.stats.drops["auth_failed"] == 1, what="2 forgeries and 1 replay counted")
         assert len(got) == 20 and got == sorted(got)
 
 

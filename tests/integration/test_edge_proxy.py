@@ -8,7 +8,7 @@ clients' event channels and installs the route on the router, so the events then
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,9 +20,11 @@ from gridstat.core.model import FLOAT
 from gridstat.errors import GridStatError
 from gridstat.v1 import broker_pb2 as bpb
 from gridstat.v1 import broker_pb2_grpc as bpb_grpc
+from gridstat.v1 import edge_pb2_grpc
 from gridstat.v1 import router_pb2 as rpb
 from gridstat.v1 import router_pb2_grpc as rpb_grpc
 
+from .fixtures import eventually
 from .routerprocs import RouterProc, start_router
 
 pytestmark = pytest.mark.integration
@@ -112,14 +114,6 @@ async def rig() -> AsyncIterator[Rig]:
             await broker.channel.close()
 
 
-async def wait_for(cond: Callable[[], bool], timeout_s: float = 3.0) -> bool:
-    for _ in range(int(timeout_s / 0.01)):
-        if cond():
-            return True
-        await asyncio.sleep(0.01)
-    return cond()
-
-
 async def test_commands_go_through_the_edge_router_with_its_name(rig: Rig) -> None:
     async with EdgeSession(rig.edge_control) as s:
         cid, event = await s.register_publisher("pmu1")
@@ -156,7 +150,7 @@ async def test_sdk_connect_publish_and_receive_through_the_proxy(rig: Rig) -> No
         # The route is installed by the broker's reply; publish until the events arrive.
         for _ in range(100):
             handle.publish(50.0)
-            if await wait_for(lambda: bool(got), 0.02):
+            if await eventually(lambda: bool(got), timeout_s=0.02):
                 break
         assert got
     finally:
@@ -179,7 +173,17 @@ async def test_broker_down_gives_broker_unavailable_and_the_router_keeps_running
         await asyncio.to_thread(dead.stop)
 
 
-async def test_broker_needs_an_edge_role() -> None:
-    with pytest.raises(RuntimeError):
-        await asyncio.to_thread(start_router, "r9", 9, role="internal", extra=("--broker", "127.0.0.1:1"),
+async def test_only_an_edge_router_relays_for_clients() -> None:
+    """Every router may name its broker (it announces its start there: docs/redundancy.md, "Healing"),
+    but only an edge router serves the EdgeProxy: an internal one answers its calls UNIMPLEMENTED."""
+    r = await asyncio.to_thread(start_router, "r9", 9, role="internal", extra=("--broker", "127.0.0.1:1"),
                                 timeout_s=10)
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{r.control_port}") as channel:
+            stub = edge_pb2_grpc.EdgeProxyStub(channel)  # type: ignore[no-untyped-call]
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await stub.RegisterClient(bpb.RegisterClientRequest(name="x", kind=bpb.CLIENT_KIND_PUBLISHER),
+                                          timeout=5)
+            assert err.value.code() is grpc.StatusCode.UNIMPLEMENTED
+    finally:
+        await asyncio.to_thread(r.stop)

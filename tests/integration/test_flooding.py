@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,51 +25,30 @@ from gridstat.core.model import FLOAT
 from gridstat.v1 import broker_pb2 as bpb
 from gridstat.v1 import router_pb2 as rpb
 
-from .brokerprocs import BrokerProc, add_link, add_router, start_broker, wait_for
-from .routerprocs import RouterProc, start_router
-from .test_leaf_broker import Feed, Sink
+from . import brokerprocs
+from .brokerprocs import BrokerProc, Cloud, register_publisher, register_subscriber, start_broker
+from .fixtures import Feed, Sink, wait_for
+from .routerprocs import RouterProc
 
 pytestmark = pytest.mark.integration
 
 ROUTERS = [("e1", 1, "edge"), ("i1", 2, "internal"), ("i2", 3, "internal"), ("e2", 4, "edge")]
-LINKS = [("e1", "i1"), ("i1", "e2"), ("e1", "i2"), ("i2", "e2"), ("i1", "i2")]
+LINKS = [("e1", "i1", 1.0), ("i1", "e2", 1.0), ("e1", "i2", 1.0), ("i2", "e2", 1.0), ("i1", "i2", 1.0)]
 
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-@contextlib.contextmanager
-def cyclic_cloud(tmp: Path) -> Iterator[tuple[BrokerProc, dict[str, RouterProc]]]:
-    routers: dict[str, RouterProc] = {}
-    broker = None
-    try:
-        broker = start_broker("A", str(tmp / "A.sqlite"))
-        for name, rid, role in ROUTERS:
-            extra = ("--broker", broker.address) if name == "e2" else ()
-            routers[name] = start_router(name, rid, role=role, extra=extra)
-            add_router(broker, routers[name], role)
-        for a, b in LINKS:
-            add_link(broker, a, b)
-        yield broker, routers
-    finally:
-        if broker is not None:
-            broker.stop()
-        for r in routers.values():
-            r.stop()
+def cyclic_cloud(tmp: Path) -> contextlib.AbstractContextManager[Cloud]:
+    return brokerprocs.cloud(tmp, ROUTERS, LINKS, proxied=("e2",))
 
 
 def register(broker: BrokerProc, subscribers: dict[str, Sink]) -> tuple[int, int]:
-    pub = broker.stub.RegisterClient(bpb.RegisterClientRequest(
-        name="pmu1", kind=bpb.CLIENT_KIND_PUBLISHER, edge_router="e1", first_time=True), timeout=5)
+    pub_id, (var,) = register_publisher(broker, "pmu1", "e1")
     for name, sink in subscribers.items():
-        broker.stub.RegisterClient(bpb.RegisterClientRequest(
-            name=name, kind=bpb.CLIENT_KIND_SUBSCRIBER, edge_router="e2", host="127.0.0.1", port=sink.port,
-            first_time=True), timeout=5)
-    var = broker.stub.RegisterPublication(bpb.RegisterPublicationRequest(publication=bpb.Publication(
-        publisher="pmu1", variable="freq", type=bpb.ValueType(kind=bpb.VALUE_KIND_FLOAT), interval_ms=10,
-        edge_router="e1")), timeout=5).publication.variable_id
-    return pub.client_id, var
+        register_subscriber(broker, name, "e2", sink.port)
+    return pub_id, var
 
 
 def stats(r: RouterProc) -> rpb.RouterStats:
@@ -141,9 +119,7 @@ def test_flooding_in_a_cyclic_cloud_one_copy_per_timestamp_and_no_gap_for_a_subs
 async def test_flood_all_subscriber_through_the_sdk_decodes_variables_flooded_later(tmp_path: Path) -> None:
     with cyclic_cloud(tmp_path) as (broker, routers):
         pub_id, var = register(broker, {})
-        other = broker.stub.RegisterPublication(bpb.RegisterPublicationRequest(publication=bpb.Publication(
-            publisher="pmu1", variable="volt", type=bpb.ValueType(kind=bpb.VALUE_KIND_FLOAT), interval_ms=10,
-            edge_router="e1")), timeout=5).publication.variable_id
+        (other,) = brokerprocs.register_publications(broker, "pmu1", "e1", ("volt",))
         broker.stub.SetFlooding(bpb.BrokerFloodingRequest(variable="pmu1/freq", modes=[0]), timeout=10)
         got: list[tuple[str, int, object]] = []
         sub = await Subscriber.connect("all", f"127.0.0.1:{routers['e2'].control_port}")
@@ -180,62 +156,42 @@ def test_a_parent_floods_to_level_2_across_two_clouds_and_a_leaf_only_its_own(tm
     """Clouds A and B under parent P, joined by bA - bB (level 2). Flooding set at P reaches a flood-all
     subscriber in B; the same variable flooded by A's leaf alone (level 1) stays in A."""
     sink = Sink()
-    brokers: dict[str, BrokerProc] = {}
-    routers: dict[str, RouterProc] = {}
     try:
-        brokers["P"] = start_broker("P", str(tmp_path / "P.sqlite"), extra=("--role", "parent"))
-        for cloud, k in (("A", 1), ("B", 2)):
-            leaf = brokers[cloud] = start_broker(cloud, str(tmp_path / f"{cloud}.sqlite"), extra=(
-                "--variable-id-base", str(1_000_000 * k), "--parent", brokers["P"].address))
-            for name, rid, role in ((f"e{cloud}", 10 * k + 1, "edge"), (f"b{cloud}", 10 * k + 2, "border")):
-                routers[name] = start_router(name, rid, role=role)
-                add_router(leaf, routers[name], role)
-            add_link(leaf, f"e{cloud}", f"b{cloud}")
-            brokers["P"].stub.AddChildBroker(bpb.AddChildBrokerRequest(child=bpb.ChildBroker(
-                name=cloud, address=leaf.address)), timeout=10)
-        brokers["P"].stub.AddInterCloudChannel(bpb.AddInterCloudChannelRequest(channel=bpb.InterCloudChannel(
-            cloud_a="A", router_a="bA", cloud_b="B", router_b="bB", bandwidth_bps=100_000_000, latency_ms=2.0)),
-            timeout=20)
-        levels = {c.name: c.level for c in routers["bA"].stub.ListChannels(rpb.ListChannelsRequest(),
-                                                                           timeout=5).channels}
-        assert levels == {"eA": 1, "bB": 2}
-        a, b, p = brokers["A"], brokers["B"], brokers["P"]
-        pub = a.stub.RegisterClient(bpb.RegisterClientRequest(
-            name="pmu1", kind=bpb.CLIENT_KIND_PUBLISHER, edge_router="eA", first_time=True), timeout=5)
-        var = a.stub.RegisterPublication(bpb.RegisterPublicationRequest(publication=bpb.Publication(
-            publisher="pmu1", variable="freq", type=bpb.ValueType(kind=bpb.VALUE_KIND_FLOAT), interval_ms=10,
-            edge_router="eA")), timeout=5).publication.variable_id
-        b.stub.RegisterClient(bpb.RegisterClientRequest(
-            name="all", kind=bpb.CLIENT_KIND_SUBSCRIBER, edge_router="eB", host="127.0.0.1", port=sink.port,
-            first_time=True), timeout=5)
-        b.stub.SetFloodAll(bpb.SetFloodAllRequest(subscriber="all", enabled=True), timeout=5)
-        feed = Feed(routers["eA"].port, pub.client_id, var)
-        try:
-            # A's leaf alone: level 1, the flood stops at the level-2 channel.
-            a.stub.SetFlooding(bpb.BrokerFloodingRequest(variable="pmu1/freq", modes=[0]), timeout=10)
-            time.sleep(0.5)
-            assert sink.events == []
-            assert stats(routers["bA"]).flooded_variables == 1 and stats(routers["bB"]).flooded_variables == 0
-            # The parent: its height (2) covers both clouds and overrides A's own setting.
-            reply = p.stub.SetFlooding(bpb.BrokerFloodingRequest(variable="pmu1/freq", modes=[0]), timeout=20)
-            assert [(e.level, e.publication.cloud) for e in reply.flooding] == [(2, "A")]
-            assert wait_for(lambda: len(sink.events) > 10, timeout_s=5)
-            listed = a.stub.ListFlooding(bpb.ListFloodingRequest(), timeout=5).flooding
-            assert [(e.level, e.from_parent) for e in listed] == [(2, True), (1, False)]
-            # The parent removes its flood: A falls back to its own level 1, B stops.
-            p.stub.RemoveFlooding(bpb.BrokerFloodingRequest(variable="pmu1/freq", modes=[0]), timeout=20)
-            time.sleep(0.2)
-            n = len(sink.events)
-            time.sleep(0.4)
-            assert len(sink.events) == n
-            assert stats(routers["bB"]).flooded_variables == 0 and stats(routers["bA"]).flooded_variables == 1
-        finally:
-            feed.stop()
-        got = Counter(ts for v, ts in sink.events if v == var)
-        assert max(got.values()) == 1
+        with brokerprocs.started() as (brokers, routers):
+            brokers["P"] = start_broker("P", str(tmp_path / "P.sqlite"), extra=("--role", "parent"))
+            for cloud, k in (("A", 1), ("B", 2)):
+                brokerprocs.start_leaf(tmp_path, brokers, routers, brokers["P"], cloud, k)
+            brokerprocs.add_inter_cloud(brokers["P"], "A", "B")
+            levels = {c.name: c.level for c in routers["bA"].stub.ListChannels(rpb.ListChannelsRequest(),
+                                                                               timeout=5).channels}
+            assert levels == {"eA": 1, "bB": 2}
+            a, b, p = brokers["A"], brokers["B"], brokers["P"]
+            pub_id, (var,) = register_publisher(a, "pmu1", "eA")
+            register_subscriber(b, "all", "eB", sink.port)
+            b.stub.SetFloodAll(bpb.SetFloodAllRequest(subscriber="all", enabled=True), timeout=5)
+            feed = Feed(routers["eA"].port, pub_id, var)
+            try:
+                # A's leaf alone: level 1, the flood stops at the level-2 channel.
+                a.stub.SetFlooding(bpb.BrokerFloodingRequest(variable="pmu1/freq", modes=[0]), timeout=10)
+                time.sleep(0.5)
+                assert sink.events == []
+                assert stats(routers["bA"]).flooded_variables == 1 and stats(routers["bB"]).flooded_variables == 0
+                # The parent: its height (2) covers both clouds and overrides A's own setting.
+                reply = p.stub.SetFlooding(bpb.BrokerFloodingRequest(variable="pmu1/freq", modes=[0]), timeout=20)
+                assert [(e.level, e.publication.cloud) for e in reply.flooding] == [(2, "A")]
+                assert wait_for(lambda: len(sink.events) > 10, timeout_s=5)
+                listed = a.stub.ListFlooding(bpb.ListFloodingRequest(), timeout=5).flooding
+                assert [(e.level, e.from_parent) for e in listed] == [(2, True), (1, False)]
+                # The parent removes its flood: A falls back to its own level 1, B stops.
+                p.stub.RemoveFlooding(bpb.BrokerFloodingRequest(variable="pmu1/freq", modes=[0]), timeout=20)
+                time.sleep(0.2)
+                n = len(sink.events)
+                time.sleep(0.4)
+                assert len(sink.events) == n
+                assert stats(routers["bB"]).flooded_variables == 0 and stats(routers["bA"]).flooded_variables == 1
+            finally:
+                feed.stop()
+            got = Counter(ts for v, ts in sink.events if v == var)
+            assert max(got.values()) == 1
     finally:
-        for broker in brokers.values():
-            broker.stop()
-        for r in routers.values():
-            r.stop()
         sink.close()

@@ -13,18 +13,12 @@ from pathlib import Path
 from gridstat.client import Publisher, Subscriber
 from gridstat.core.model import FLOAT
 
-from .brokerprocs import add_link, add_router, start_broker
-from .routerprocs import start_router
+from .brokerprocs import edge_pair
 
 
 async def test_the_reply_states_the_granted_interval_and_the_sdk_uses_it(tmp_path: Path) -> None:
-    broker = start_broker("A", str(tmp_path / "A.sqlite"))
-    e1 = start_router("e1", 1, role="edge", extra=("--broker", broker.address))
-    e2 = start_router("e2", 2, role="edge", extra=("--broker", broker.address))
-    try:
-        add_router(broker, e1, "edge")
-        add_router(broker, e2, "edge")
-        add_link(broker, "e1", "e2")
+    with edge_pair(tmp_path) as (broker, routers):
+        e1, e2 = routers["e1"], routers["e2"]
         pub = await Publisher.connect("pmu1", f"127.0.0.1:{e1.control_port}")
         sub = await Subscriber.connect("ems", f"127.0.0.1:{e2.control_port}")
         try:
@@ -48,7 +42,3 @@ async def test_the_reply_states_the_granted_interval_and_the_sdk_uses_it(tmp_pat
         finally:
             await pub.stop()
             await sub.stop()
-    finally:
-        broker.stop()
-        e1.stop()
-        e2.stop()

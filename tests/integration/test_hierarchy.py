@@ -19,9 +19,10 @@ import pytest
 from gridstat.v1 import broker_pb2 as bpb
 from gridstat.v1 import router_pb2 as rpb
 
-from .brokerprocs import BrokerProc, add_link, add_router, start_broker, wait_for
-from .routerprocs import RouterProc, start_router
-from .test_leaf_broker import Feed, Sink
+from . import brokerprocs
+from .brokerprocs import BrokerProc, register_publisher, register_subscriber, start_broker
+from .fixtures import Feed, Sink, wait_for
+from .routerprocs import RouterProc
 
 pytestmark = pytest.mark.integration
 
@@ -30,36 +31,19 @@ CLOUDS = {"A": 1, "B": 2, "C": 3}
 
 @contextlib.contextmanager
 def hierarchy(tmp: Path) -> Iterator[tuple[dict[str, BrokerProc], dict[str, RouterProc]]]:
-    brokers: dict[str, BrokerProc] = {}
-    routers: dict[str, RouterProc] = {}
-    try:
+    with brokerprocs.started() as (brokers, routers):
         brokers["R"] = start_broker("R", str(tmp / "R.sqlite"), extra=("--role", "parent"))
         for p in ("P1", "P2"):
             brokers[p] = start_broker(p, str(tmp / f"{p}.sqlite"), extra=("--role", "parent", "--parent",
                                                                          brokers["R"].address))
         for cloud, k in CLOUDS.items():
-            parent = brokers["P1" if cloud in "AB" else "P2"]
-            leaf = brokers[cloud] = start_broker(cloud, str(tmp / f"{cloud}.sqlite"), extra=(
-                "--variable-id-base", str(1_000_000 * k), "--parent", parent.address))
-            for name, rid, role in ((f"e{cloud}", 10 * k + 1, "edge"), (f"b{cloud}", 10 * k + 2, "border")):
-                routers[name] = start_router(name, rid, role=role)
-                add_router(leaf, routers[name], role)
-            add_link(leaf, f"e{cloud}", f"b{cloud}", latency_ms=1.0)
-            parent.stub.AddChildBroker(bpb.AddChildBrokerRequest(child=bpb.ChildBroker(
-                name=cloud, address=leaf.address)), timeout=10)
+            brokerprocs.start_leaf(tmp, brokers, routers, brokers["P1" if cloud in "AB" else "P2"], cloud, k)
         for p in ("P1", "P2"):
             brokers["R"].stub.AddChildBroker(bpb.AddChildBrokerRequest(child=bpb.ChildBroker(
                 name=p, address=brokers[p].address)), timeout=10)
-        for at, (ca, cb) in (("P1", ("A", "B")), ("R", ("B", "C"))):
-            brokers[at].stub.AddInterCloudChannel(bpb.AddInterCloudChannelRequest(channel=bpb.InterCloudChannel(
-                cloud_a=ca, router_a=f"b{ca}", cloud_b=cb, router_b=f"b{cb}", bandwidth_bps=100_000_000,
-                latency_ms=2.0)), timeout=20)
+        brokerprocs.add_inter_cloud(brokers["P1"], "A", "B")
+        brokerprocs.add_inter_cloud(brokers["R"], "B", "C")
         yield brokers, routers
-    finally:
-        for b in brokers.values():
-            b.stop()
-        for r in routers.values():
-            r.stop()
 
 
 def routes(r: RouterProc) -> int:
@@ -79,16 +63,10 @@ def test_inter_cloud_subscription_through_three_levels(tmp_path: Path) -> None:
         with hierarchy(tmp_path) as (brokers, routers):
             a, c, root = brokers["A"], brokers["C"], brokers["R"]
             assert sorted(root.stub.GetTopology(bpb.GetTopologyRequest(), timeout=10).clouds) == ["A", "B", "C"]
-            pub = a.stub.RegisterClient(bpb.RegisterClientRequest(
-                name="pmu1", kind=bpb.CLIENT_KIND_PUBLISHER, edge_router="eA", first_time=True), timeout=5)
-            var = a.stub.RegisterPublication(bpb.RegisterPublicationRequest(publication=bpb.Publication(
-                publisher="pmu1", variable="freq", type=bpb.ValueType(kind=bpb.VALUE_KIND_FLOAT), interval_ms=10,
-                edge_router="eA")), timeout=5).publication.variable_id
+            pub_id, (var,) = register_publisher(a, "pmu1", "eA")
             assert var >= 1_000_000
             for name, s in (("ems", sink), ("ems2", other)):
-                c.stub.RegisterClient(bpb.RegisterClientRequest(
-                    name=name, kind=bpb.CLIENT_KIND_SUBSCRIBER, edge_router="eC", host="127.0.0.1", port=s.port,
-                    first_time=True), timeout=5)
+                register_subscriber(c, name, "eC", s.port)
 
             reply = subscribe(c, "ems", 50)
             assert reply.admitted, reply.rejection
@@ -101,7 +79,7 @@ def test_inter_cloud_subscription_through_three_levels(tmp_path: Path) -> None:
                 bpb.ListSubscriptionsRequest(), timeout=5).subscriptions] == [sid]
             assert all(routes(routers[n]) == 1 for n in ("eA", "bA", "bB", "bC", "eC"))
 
-            feed = Feed(routers["eA"].port, pub.client_id, var)
+            feed = Feed(routers["eA"].port, pub_id, var)
             try:
                 assert wait_for(lambda: len(sink.events) > 10, timeout_s=10)
             finally:

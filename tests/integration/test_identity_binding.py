@@ -13,15 +13,15 @@ from pathlib import Path
 import grpc
 import pytest
 
-from gridstat.chaos.procs import Broker, Router, wait_for
+from gridstat.chaos.procs import Broker
 from gridstat.client import Publisher, Subscriber
 from gridstat.core.model import FLOAT
-from gridstat.core.tls import TlsFiles
 from gridstat.errors import GridStatError
 from gridstat.v1 import broker_pb2 as bpb
 from gridstat.v1 import broker_pb2_grpc as bpb_grpc
 
-from .brokerprocs import tls_args
+from .brokerprocs import client_tls, mtls_edges, tls_args
+from .fixtures import launched
 
 pytestmark = pytest.mark.integration
 
@@ -42,10 +42,6 @@ subscribe:
 """
 
 
-def client_tls(certs: Path, name: str) -> TlsFiles:
-    return TlsFiles(str(certs / f"{name}.pem"), str(certs / f"{name}.key"), str(certs / "ca.pem"))
-
-
 async def test_the_policy_is_evaluated_against_the_client_certificate(tmp_path: Path) -> None:
     certs = tmp_path / "certs"
     subprocess.run([str(ROOT / "scripts/gen-certs.sh"), str(certs), "router", "broker", "admin", "pmu1", "ems",
@@ -54,25 +50,11 @@ async def test_the_policy_is_evaluated_against_the_client_certificate(tmp_path: 
     policy = tmp_path / "policy.yaml"
     policy.write_text(POLICY)
     admin = client_tls(certs, "admin")
-    started: list[Router | Broker] = []
-    try:
-        leaf = Broker("A", state=str(tmp_path / "A.sqlite"), tls=admin, extra=(
-            *tls_args(certs, "broker"), "--router-tls-ca", ca, "--policy", str(policy))).start()
-        started.append(leaf)
-        routers = {}
-        for name, rid in (("e1", 1), ("e2", 2)):
-            routers[name] = Router(name, router_id=rid, role="edge", tls=admin, extra=(
-                *tls_args(certs, "router"), "--broker", leaf.address, "--broker-tls-ca", ca,
-                "--broker-tls-cert", str(certs / "router.pem"), "--broker-tls-key", str(certs / "router.key"))).start()
-            started.append(routers[name])
+    with launched() as start:
+        leaf = start(Broker("A", state=str(tmp_path / "A.sqlite"), tls=admin, extra=(
+            *tls_args(certs, "broker"), "--router-tls-ca", ca, "--policy", str(policy))))
+        routers = mtls_edges(start, certs, leaf, admin)
         assert leaf.stub is not None
-        for name, r in routers.items():
-            leaf.stub.AddRouter(bpb.AddRouterRequest(router=bpb.RouterInfo(
-                name=name, role="edge", capacity_eps=50_000, control_address=f"127.0.0.1:{r.control_port}",
-                event_address=f"127.0.0.1:{r.port}", router_id=r.router_id)), timeout=5)
-        leaf.stub.AddChannel(bpb.AddTopologyChannelRequest(channel=bpb.TopologyChannel(
-            a="e1", b="e2", bandwidth_bps=100_000_000, latency_ms=1.0, both_directions=True)), timeout=5)
-        assert wait_for(lambda: leaf.stub.Health(bpb.BrokerHealthRequest(), timeout=2).routers_up == 2)  # type: ignore[union-attr]
         e1, e2 = (f"127.0.0.1:{routers[n].control_port}" for n in ("e1", "e2"))
 
         # Allowed: pmu1 with the pmu1 certificate publishes pmu1/freq; ems with its own subscribes.
@@ -147,6 +129,3 @@ async def test_the_policy_is_evaluated_against_the_client_certificate(tmp_path: 
             assert reply.rejection.field == "subscription.subscriber"
         pubs = leaf.stub.ListPublications(bpb.ListPublicationsRequest(), timeout=5).publications
         assert [p.publisher + "/" + p.variable for p in pubs] == ["pmu1/freq"]  # nothing of the refused ones
-    finally:
-        for child in reversed(started):
-            child.stop()

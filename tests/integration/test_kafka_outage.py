@@ -26,7 +26,8 @@ from gridstat.core.model import FLOAT, VariableRegistry
 from gridstat.telemetry import records
 from gridstat.v1 import router_pb2 as pb
 
-from .kafkaprocs import consume, free_port, start_kafka
+from .fixtures import free_port
+from .kafkaprocs import consume, start_kafka
 from .routerprocs import start_router
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]

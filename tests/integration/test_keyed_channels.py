@@ -7,6 +7,7 @@ with tagged datagrams (pings included: the links stay up), and drops forged data
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import subprocess
 import sys
@@ -22,9 +23,10 @@ from gridstat.v1 import broker_pb2 as bpb
 from gridstat.v1 import condensation_pb2 as cpb
 from gridstat.v1 import router_pb2 as rpb
 
-from .brokerprocs import BrokerProc, add_link, add_router, start_broker, wait_for
-from .routerprocs import RouterProc, start_router
-from .test_leaf_broker import Feed, Sink
+from . import brokerprocs
+from .brokerprocs import register_publisher, register_subscriber, start_broker
+from .fixtures import Feed, Sink, wait_for
+from .routerprocs import RouterProc, stop_process
 
 pytestmark = pytest.mark.integration
 
@@ -57,76 +59,51 @@ def forged_events(sender: int, var: int) -> bytes:
 
 
 def test_inter_cloud_channels_are_keyed_by_the_parent(tmp_path: Path) -> None:
-    brokers: dict[str, BrokerProc] = {}
-    routers: dict[str, RouterProc] = {}
     sink = Sink()
     try:
-        parent = brokers["P"] = start_broker("P", str(tmp_path / "P.sqlite"),
-                                             extra=("--role", "parent", "--channel-auth", "routers"))
-        for cloud, k in (("A", 1), ("B", 2)):
-            leaf = brokers[cloud] = start_broker(cloud, str(tmp_path / f"{cloud}.sqlite"), extra=(
-                "--variable-id-base", str(1_000_000 * k), "--parent", parent.address))
-            for name, rid, role in ((f"e{cloud}", 10 * k + 1, "edge"), (f"b{cloud}", 10 * k + 2, "border")):
-                routers[name] = start_router(name, rid, role=role)
-                add_router(leaf, routers[name], role)
-            add_link(leaf, f"e{cloud}", f"b{cloud}")
-            parent.stub.AddChildBroker(bpb.AddChildBrokerRequest(child=bpb.ChildBroker(
-                name=cloud, address=leaf.address)), timeout=10)
-        parent.stub.AddInterCloudChannel(bpb.AddInterCloudChannelRequest(channel=bpb.InterCloudChannel(
-            cloud_a="A", router_a="bA", cloud_b="B", router_b="bB", bandwidth_bps=100_000_000, latency_ms=2.0)),
-            timeout=20)
-        ba, bb = routers["bA"], routers["bB"]
-        assert wait_for(lambda: channel(ba, "bB").authenticated and channel(bb, "bA").authenticated)
-        assert not channel(ba, "eA").authenticated  # the leaves themselves run without --channel-auth
-        # The key is never shown: not in the leaves' topology.
-        view = brokers["A"].stub.GetTopology(bpb.GetTopologyRequest(), timeout=5)
-        assert [c.key for c in view.inter_cloud_channels] == [b""]
+        with brokerprocs.started() as (brokers, routers):
+            parent = brokers["P"] = start_broker("P", str(tmp_path / "P.sqlite"),
+                                                 extra=("--role", "parent", "--channel-auth", "routers"))
+            for cloud, k in (("A", 1), ("B", 2)):
+                brokerprocs.start_leaf(tmp_path, brokers, routers, parent, cloud, k)
+            brokerprocs.add_inter_cloud(parent, "A", "B")
+            ba, bb = routers["bA"], routers["bB"]
+            assert wait_for(lambda: channel(ba, "bB").authenticated and channel(bb, "bA").authenticated)
+            assert not channel(ba, "eA").authenticated  # the leaves themselves run without --channel-auth
+            # The key is never shown: not in the leaves' topology.
+            view = brokers["A"].stub.GetTopology(bpb.GetTopologyRequest(), timeout=5)
+            assert [c.key for c in view.inter_cloud_channels] == [b""]
 
-        a, b = brokers["A"], brokers["B"]
-        pub = a.stub.RegisterClient(bpb.RegisterClientRequest(
-            name="pmu1", kind=bpb.CLIENT_KIND_PUBLISHER, edge_router="eA", first_time=True), timeout=5)
-        var = a.stub.RegisterPublication(bpb.RegisterPublicationRequest(publication=bpb.Publication(
-            publisher="pmu1", variable="freq", type=PB_FLOAT, interval_ms=10, edge_router="eA")),
-            timeout=5).publication.variable_id
-        b.stub.RegisterClient(bpb.RegisterClientRequest(
-            name="ems", kind=bpb.CLIENT_KIND_SUBSCRIBER, edge_router="eB", host="127.0.0.1", port=sink.port,
-            first_time=True), timeout=5)
-        reply = b.stub.Subscribe(bpb.SubscribeRequest(subscription=bpb.Subscription(
-            subscriber="ems", variable="pmu1/freq", type=PB_FLOAT, edge_router="eB",
-            qos=[bpb.ModeQoS(mode=0, interval_ms=10, latency_ms=50)])), timeout=60)
-        assert reply.admitted, reply.rejection
-        feed = Feed(routers["eA"].port, pub.client_id, var)
-        try:
-            assert wait_for(lambda: len(sink.events) > 10, timeout_s=10)
-            # Forgeries on the inter-cloud channel: events and a ping "from bA", a replayed-looking shed notice.
-            before = stats(bb).drops.get("auth_failed", 0)
-            forge(bb.port, forged_events(ba.router_id, var), wire.encode_ping(wire.KIND_PING, ba.router_id, 0, 1),
-                  *wire.encode_shed_notices(ba.router_id, 0, reason=1, action=1, entries=[(var, 0)]))
-            assert wait_for(lambda: stats(bb).drops.get("auth_failed", 0) == before + 3, timeout_s=5)
-            n = len(sink.events)
-            assert wait_for(lambda: len(sink.events) > n + 10, timeout_s=5)  # the stream keeps flowing
-        finally:
-            feed.stop()
-        inbound = channel_stats(bb, "bA")
-        assert inbound.datagrams_in > 10 and inbound.up  # tagged events and pings verified: the link is up
-        assert {v for v, _ in sink.events} == {var}
+            a, b = brokers["A"], brokers["B"]
+            pub_id, (var,) = register_publisher(a, "pmu1", "eA")
+            register_subscriber(b, "ems", "eB", sink.port)
+            reply = b.stub.Subscribe(bpb.SubscribeRequest(subscription=bpb.Subscription(
+                subscriber="ems", variable="pmu1/freq", type=PB_FLOAT, edge_router="eB",
+                qos=[bpb.ModeQoS(mode=0, interval_ms=10, latency_ms=50)])), timeout=60)
+            assert reply.admitted, reply.rejection
+            feed = Feed(routers["eA"].port, pub_id, var)
+            try:
+                assert wait_for(lambda: len(sink.events) > 10, timeout_s=10)
+                # Forgeries on the inter-cloud channel: events and a ping "from bA", a replayed-looking shed notice.
+                before = stats(bb).drops.get("auth_failed", 0)
+                forge(bb.port, forged_events(ba.router_id, var), wire.encode_ping(wire.KIND_PING, ba.router_id, 0, 1),
+                      *wire.encode_shed_notices(ba.router_id, 0, reason=1, action=1, entries=[(var, 0)]))
+                assert wait_for(lambda: stats(bb).drops.get("auth_failed", 0) == before + 3, timeout_s=5)
+                n = len(sink.events)
+                assert wait_for(lambda: len(sink.events) > n + 10, timeout_s=5)  # the stream keeps flowing
+            finally:
+                feed.stop()
+            inbound = channel_stats(bb, "bA")
+            assert inbound.datagrams_in > 10 and inbound.up  # tagged events and pings verified: the link is up
+            assert {v for v, _ in sink.events} == {var}
     finally:
         sink.close()
-        for br in brokers.values():
-            br.stop()
-        for r in routers.values():
-            r.stop()
 
 
 async def test_condensation_channels_are_keyed(tmp_path: Path) -> None:
-    routers: dict[str, RouterProc] = {}
-    broker = start_broker("C", str(tmp_path / "C.sqlite"), extra=("--channel-auth", "all"))
-    host: subprocess.Popen[str] | None = None
-    try:
-        for name, rid in (("e1", 11), ("e2", 12)):
-            routers[name] = start_router(name, rid, role="edge", extra=("--broker", broker.address))
-            add_router(broker, routers[name], "edge")
-        add_link(broker, "e1", "e2")
+    with contextlib.ExitStack() as stack:
+        broker, routers = stack.enter_context(brokerprocs.edge_pair(
+            tmp_path, ids=(11, 12), name="C", broker_extra=("--channel-auth", "all")))
         e1, e2 = routers["e1"], routers["e2"]
         assert wait_for(lambda: channel(e1, "e2").authenticated)
         spec = tmp_path / "host.yaml"
@@ -155,6 +132,7 @@ async def test_condensation_channels_are_keyed(tmp_path: Path) -> None:
                                      f"127.0.0.1:{e1.control_port}", "--spec", str(spec), "--status-interval-s", "0",
                                      "--exit-with-parent"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                     text=True)
+            stack.callback(stop_process, host)
             assert host.stdout is not None
             publishing = True
 
@@ -207,14 +185,3 @@ async def test_condensation_channels_are_keyed(tmp_path: Path) -> None:
             finally:
                 publishing = False
                 await task
-    finally:
-        if host is not None and host.poll() is None:
-            host.terminate()
-            try:
-                host.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                host.kill()
-                host.wait(timeout=5)
-        broker.stop()
-        for r in routers.values():
-            r.stop()

@@ -7,127 +7,52 @@ after; asking for the current mode changes nothing.
 
 from __future__ import annotations
 
-import socket
-import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import grpc
 import pytest
 
+from gridstat.chaos.diamond import LINKS, ROUTERS
 from gridstat.core import wire
 from gridstat.v1 import broker_pb2 as bpb
 from gridstat.v1 import router_pb2 as rpb
 
-from .brokerprocs import add_link, add_router, start_broker, wait_for
+from . import brokerprocs
+from .brokerprocs import FLOAT, BrokerProc, Cloud, register_publisher, register_subscriber
+from .fixtures import Feed, Sink, wait_for
 from .routerprocs import start_router
-from .udpsink import UdpSink
 
 pytestmark = pytest.mark.integration
 
-ROUTERS = [("e1", 1, "edge"), ("i1", 2, "internal"), ("i2", 3, "internal"), ("e2", 4, "edge")]
-LINKS = [("e1", "i1", 1.0), ("i1", "e2", 1.0), ("e1", "i2", 2.0), ("i2", "e2", 2.0)]
-FLOAT = bpb.ValueType(kind=bpb.VALUE_KIND_FLOAT)
-
-
-class Sink:
-    """A raw subscriber socket: events as (variable, timestamp) and mode notices, from a thread."""
-
-    def __init__(self) -> None:
-        self.events: list[tuple[int, int]] = []
-        self.notices: list[tuple[int, int, int, int]] = []
-        self.udp = UdpSink(self._on)
-
-    def _on(self, d: wire.Datagram, _: int) -> None:
-        if d.mode_notice is not None:
-            self.notices.append(d.mode_notice)
-        self.events.extend((e.variable_id, e.timestamp_ms) for e in d.events)
-
-    @property
-    def port(self) -> int:
-        return self.udp.port
-
-    def close(self) -> None:
-        self.udp.close()
-
-
-class Feed:
-    """Publishes every variable every 10 ms (aligned timestamps) from a thread until stopped."""
-
-    def __init__(self, edge_port: int, sender: int, variables: list[int]) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.args = (edge_port, sender, variables)
-        self.sent: list[int] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        port, sender, variables = self.args
-        seq = 0
-        while not self._stop.is_set():
-            now = time.time_ns() // 1_000_000
-            ts = now - now % 10
-            if not self.sent or ts > self.sent[-1]:
-                seq += 1
-                evs = [wire.encode_event(wire.Event(ts, v, b"\0" * 8)) for v in variables]
-                self.sock.sendto(wire.encode_datagram(sender, seq, evs), ("127.0.0.1", port))
-                self.sent.append(ts)
-            time.sleep(0.002)
-
-    def stop(self) -> list[int]:
-        self._stop.set()
-        self._thread.join(timeout=2)
-        self.sock.close()
-        return self.sent
-
 
 @pytest.fixture
-def cloud(tmp_path: Path):  # type: ignore[no-untyped-def]
-    routers: dict = {}  # type: ignore[type-arg]
-    broker = None
-    try:
-        for name, rid, role in ROUTERS:
-            routers[name] = start_router(name, rid, role=role)
-        broker = start_broker("A", str(tmp_path / "A.sqlite"))
-        for name, _, role in ROUTERS:
-            add_router(broker, routers[name], role)
-        for a, b, lat in LINKS:
-            add_link(broker, a, b, latency_ms=lat)
-        yield broker, routers
-    finally:
-        if broker is not None:
-            broker.stop()
-        for r in routers.values():
-            r.stop()
+def cloud(tmp_path: Path) -> Iterator[Cloud]:
+    with brokerprocs.cloud(tmp_path, ROUTERS, LINKS) as c:
+        yield c
 
 
-def subscribe(broker, variable: str, modes: list[int], interval_ms: int = 10):  # type: ignore[no-untyped-def]
-    return broker.stub.Subscribe(bpb.SubscribeRequest(subscription=bpb.Subscription(
+def subscribe(broker: BrokerProc, variable: str, modes: list[int], interval_ms: int = 10) -> bpb.SubscribeReply:
+    reply: bpb.SubscribeReply = broker.stub.Subscribe(bpb.SubscribeRequest(subscription=bpb.Subscription(
         subscriber="ems", variable=variable, type=FLOAT, edge_router="e2",
         qos=[bpb.ModeQoS(mode=m, interval_ms=interval_ms, latency_ms=50) for m in modes])), timeout=10)
+    return reply
 
 
-def setup(broker, sink: Sink) -> tuple[int, dict[str, int]]:  # type: ignore[no-untyped-def]
-    pub = broker.stub.RegisterClient(bpb.RegisterClientRequest(
-        name="pmu1", kind=bpb.CLIENT_KIND_PUBLISHER, edge_router="e1", first_time=True), timeout=5)
-    broker.stub.RegisterClient(bpb.RegisterClientRequest(
-        name="ems", kind=bpb.CLIENT_KIND_SUBSCRIBER, edge_router="e2", host="127.0.0.1", port=sink.port,
-        first_time=True), timeout=5)
-    ids = {}
-    for v in ("both", "old", "new"):
-        reply = broker.stub.RegisterPublication(bpb.RegisterPublicationRequest(publication=bpb.Publication(
-            publisher="pmu1", variable=v, type=FLOAT, interval_ms=10, edge_router="e1")), timeout=5)
-        ids[v] = reply.publication.variable_id
-    return pub.client_id, ids
+def setup(broker: BrokerProc, sink: Sink) -> tuple[int, dict[str, int]]:
+    """pmu1 at e1 publishing both, old and new; ems at e2 on ``sink``: the publisher's id, the variables' ids."""
+    pub_id, ids = register_publisher(broker, "pmu1", "e1", ("both", "old", "new"))
+    register_subscriber(broker, "ems", "e2", sink.port)
+    return pub_id, dict(zip(("both", "old", "new"), ids, strict=True))
 
 
 def reason(exc: grpc.RpcError) -> str:
     return dict(exc.trailing_metadata() or ()).get("gridstat-reason", "")  # type: ignore[attr-defined]
 
 
-def test_switch_keeps_common_streams_whole_stops_old_starts_new_and_tells_subscribers(cloud) -> None:  # type: ignore[no-untyped-def]
+def test_switch_keeps_common_streams_whole_stops_old_starts_new_and_tells_subscribers(cloud: Cloud) -> None:
     broker, _routers = cloud
     sink = Sink()
     pub_id, ids = setup(broker, sink)
@@ -181,7 +106,7 @@ def test_switch_keeps_common_streams_whole_stops_old_starts_new_and_tells_subscr
         assert r.stub.ListRoutes(rpb.ListRoutesRequest(), timeout=5).current_mode == 1
 
 
-def test_bad_mode_requests_get_specific_errors_and_a_concurrent_change_is_refused(cloud) -> None:  # type: ignore[no-untyped-def]
+def test_bad_mode_requests_get_specific_errors_and_a_concurrent_change_is_refused(cloud: Cloud) -> None:
     broker, _routers = cloud
     with pytest.raises(grpc.RpcError) as err:
         broker.stub.ChangeMode(bpb.ChangeModeRequest(name="winter"), timeout=5)
@@ -215,7 +140,7 @@ def test_bad_mode_requests_get_specific_errors_and_a_concurrent_change_is_refuse
         assert r.stub.ListRoutes(rpb.ListRoutesRequest(), timeout=5).current_mode == final.current_mode
 
 
-def test_a_restarted_router_is_rebuilt_into_the_current_mode(cloud) -> None:  # type: ignore[no-untyped-def]
+def test_a_restarted_router_is_rebuilt_into_the_current_mode(cloud: Cloud) -> None:
     broker, routers = cloud
     broker.stub.DefineMode(bpb.DefineModeRequest(mode=4, name="storm"), timeout=5)
     broker.stub.ChangeMode(bpb.ChangeModeRequest(name="storm"), timeout=10)
@@ -228,7 +153,7 @@ def test_a_restarted_router_is_rebuilt_into_the_current_mode(cloud) -> None:  # 
                     timeout_s=10)
 
 
-def test_cli_defines_lists_and_changes_modes(cloud) -> None:  # type: ignore[no-untyped-def]
+def test_cli_defines_lists_and_changes_modes(cloud: Cloud) -> None:
     import json
     import subprocess
     import sys
@@ -259,16 +184,10 @@ async def test_sdk_subscriber_is_told_and_sees_no_false_violation_across_a_switc
     from gridstat.client import Holder, Publisher, Subscriber, Subscription, Violation
     from gridstat.core.model import FLOAT as FLOAT_T
 
-    broker = await asyncio.to_thread(start_broker, "A", str(tmp_path / "A.sqlite"))
-    routers: dict = {}  # type: ignore[type-arg]
+    proxied = brokerprocs.cloud(tmp_path, ROUTERS, LINKS, proxied=("e1", "e2"))
+    broker, routers = await asyncio.to_thread(proxied.__enter__)
     pub = sub = None
     try:
-        for name, rid, role in ROUTERS:
-            extra = ("--broker", broker.address) if role == "edge" else ()
-            routers[name] = await asyncio.to_thread(start_router, name, rid, role=role, extra=extra)
-            await asyncio.to_thread(add_router, broker, routers[name], role)
-        for a, b, lat in LINKS:
-            await asyncio.to_thread(add_link, broker, a, b, latency_ms=lat)
         await asyncio.to_thread(broker.stub.DefineMode, bpb.DefineModeRequest(mode=1, name="contingency"),
                                 timeout=5)
         got: list[int] = []
@@ -319,6 +238,4 @@ async def test_sdk_subscriber_is_told_and_sees_no_false_violation_across_a_switc
             await pub.stop()
         if sub is not None:
             await sub.stop()
-        broker.stop()
-        for r in routers.values():
-            r.stop()
+        await asyncio.to_thread(proxied.__exit__, None, None, None)

@@ -15,7 +15,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from gridstat.chaos.procs import Admission, Broker, Router, wait_for
+from gridstat.chaos.procs import Admission, Broker, wait_for
 from gridstat.client import Publisher, Subscriber
 from gridstat.core.model import FLOAT
 from gridstat.core.tls import TlsFiles
@@ -24,7 +24,8 @@ from gridstat.v1 import broker_pb2_grpc as bpb_grpc
 from gridstat.v1 import router_pb2 as rpb
 from gridstat.v1 import router_pb2_grpc as rpb_grpc
 
-from .brokerprocs import tls_args
+from .brokerprocs import client_tls, mtls_edges, tls_args
+from .fixtures import launched
 
 pytestmark = pytest.mark.integration
 
@@ -46,6 +47,18 @@ def pem_der(path: Path) -> bytes:
     return ssl.PEM_cert_to_DER_cert(path.read_text())
 
 
+def subscribe_at(broker: str, certs: Path, subscriber: str, variable: str, *, interval_ms: int) -> bpb.SubscribeReply:
+    """``subscriber``, with its own certificate, registered and subscribing at the broker itself (at e2)."""
+    stub = bpb_grpc.QoSBrokerStub(grpc.secure_channel(  # type: ignore[no-untyped-call]
+        broker, client_tls(certs, subscriber).channel_credentials()))
+    stub.RegisterClient(bpb.RegisterClientRequest(name=subscriber, kind=bpb.CLIENT_KIND_SUBSCRIBER,
+                                                  edge_router="e2", host="127.0.0.1", port=9), timeout=5)
+    reply: bpb.SubscribeReply = stub.Subscribe(bpb.SubscribeRequest(subscription=bpb.Subscription(
+        subscriber=subscriber, variable=variable, type=bpb.ValueType(kind=bpb.VALUE_KIND_FLOAT),
+        edge_router="e2", qos=[bpb.ModeQoS(mode=0, interval_ms=interval_ms, latency_ms=100)])), timeout=20)
+    return reply
+
+
 async def test_every_control_channel_is_mutual_tls(tmp_path: Path) -> None:
     certs = tmp_path / "certs"
     subprocess.run([str(ROOT / "scripts/gen-certs.sh"), str(certs)], check=True, capture_output=True)
@@ -53,42 +66,23 @@ async def test_every_control_channel_is_mutual_tls(tmp_path: Path) -> None:
     subprocess.run([str(ROOT / "scripts/gen-certs.sh"), str(certs), "pmu1", "ems", "ems2", "far"], check=True,
                    capture_output=True)
     ca = str(certs / "ca.pem")
-    client_tls = TlsFiles(str(certs / "admin.pem"), str(certs / "admin.key"), ca)  # the administrator (core.access)
-
-    def named(name: str) -> TlsFiles:
-        return TlsFiles(str(certs / f"{name}.pem"), str(certs / f"{name}.key"), ca)
-    started: list[Router | Broker | Admission] = []
-    try:
-        adm = Admission("admission", args=tls_args(certs, "admission")).start()
-        started.append(adm)
-        parent = Broker("P", state=str(tmp_path / "P.sqlite"), tls=client_tls,
-                        extra=("--role", "parent", *tls_args(certs, "parent"), "--peer-tls-ca", ca)).start()
-        started.append(parent)
-        leaf = Broker("A", state=str(tmp_path / "A.sqlite"), tls=client_tls, extra=(
+    admin = client_tls(certs, "admin")  # the administrator (core.access)
+    with launched() as start:
+        adm = start(Admission("admission", args=tls_args(certs, "admission")))
+        parent = start(Broker("P", state=str(tmp_path / "P.sqlite"), tls=admin,
+                              extra=("--role", "parent", *tls_args(certs, "parent"), "--peer-tls-ca", ca)))
+        leaf = start(Broker("A", state=str(tmp_path / "A.sqlite"), tls=admin, extra=(
             *tls_args(certs, "broker"), "--router-tls-ca", ca, "--admission", adm.address, "--admission-tls-ca", ca,
-            "--parent", parent.address, "--peer-tls-ca", ca, "--channel-auth", "all")).start()
-        started.append(leaf)
-        routers = {}
-        for name, rid, role in (("e1", 1, "edge"), ("e2", 2, "edge")):
-            routers[name] = Router(name, router_id=rid, role=role, tls=client_tls, extra=(
-                *tls_args(certs, "router"), "--broker", leaf.address, "--broker-tls-ca", ca,
-                "--broker-tls-cert", str(certs / "router.pem"), "--broker-tls-key", str(certs / "router.key"))).start()
-            started.append(routers[name])
+            "--parent", parent.address, "--peer-tls-ca", ca, "--channel-auth", "all")))
+        routers = mtls_edges(start, certs, leaf, admin)  # leaf -> routers over mTLS
         assert leaf.stub is not None and parent.stub is not None
-        for name, r in routers.items():  # leaf -> routers over mTLS
-            leaf.stub.AddRouter(bpb.AddRouterRequest(router=bpb.RouterInfo(
-                name=name, role="edge", capacity_eps=50_000, control_address=f"127.0.0.1:{r.control_port}",
-                event_address=f"127.0.0.1:{r.port}", router_id=r.router_id)), timeout=5)
-        leaf.stub.AddChannel(bpb.AddTopologyChannelRequest(channel=bpb.TopologyChannel(
-            a="e1", b="e2", bandwidth_bps=100_000_000, latency_ms=1.0, both_directions=True)), timeout=5)
-        assert wait_for(lambda: leaf.stub.Health(bpb.BrokerHealthRequest(), timeout=2).routers_up == 2)  # type: ignore[union-attr]
         # parent -> leaf over mTLS
         parent.stub.AddChildBroker(bpb.AddChildBrokerRequest(child=bpb.ChildBroker(name="A", address=leaf.address)),
                                    timeout=10)
         # SDK -> edge proxy -> leaf -> admission and routers, all mTLS; datagrams signed with broker-issued keys.
         e1, e2 = (f"127.0.0.1:{routers[n].control_port}" for n in ("e1", "e2"))
-        async with await Publisher.connect("pmu1", e1, tls=named("pmu1")) as pub, \
-                await Subscriber.connect("ems", e2, tls=named("ems")) as sub:
+        async with await Publisher.connect("pmu1", e1, tls=client_tls(certs, "pmu1")) as pub, \
+                await Subscriber.connect("ems", e2, tls=client_tls(certs, "ems")) as sub:
             assert pub.key is not None and sub.key is not None
             handle = await pub.register("freq", FLOAT, 10)
             got: list[int] = []
@@ -102,20 +96,10 @@ async def test_every_control_channel_is_mutual_tls(tmp_path: Path) -> None:
             assert len(got) >= 5 and sub.stats.drops["auth_failed"] == 0
             del s
         # leaf -> admission controller over mTLS: it decides.
-        ems2 = bpb_grpc.QoSBrokerStub(grpc.secure_channel(leaf.address, named("ems2").channel_credentials()))  # type: ignore[no-untyped-call]
-        ems2.RegisterClient(bpb.RegisterClientRequest(name="ems2", kind=bpb.CLIENT_KIND_SUBSCRIBER,
-                                                      edge_router="e2", host="127.0.0.1", port=9), timeout=5)
-        second = ems2.Subscribe(bpb.SubscribeRequest(subscription=bpb.Subscription(
-            subscriber="ems2", variable="pmu1/freq", type=bpb.ValueType(kind=bpb.VALUE_KIND_FLOAT),
-            edge_router="e2", qos=[bpb.ModeQoS(mode=0, interval_ms=20, latency_ms=100)])), timeout=20)
+        second = subscribe_at(leaf.address, certs, "ems2", "pmu1/freq", interval_ms=20)
         assert second.admitted and second.admission.decided_by == "controller", second.admission
         # leaf -> parent over mTLS: a variable no cloud publishes is asked of the parent, which answers.
-        far_stub = bpb_grpc.QoSBrokerStub(grpc.secure_channel(leaf.address, named("far").channel_credentials()))  # type: ignore[no-untyped-call]
-        far_stub.RegisterClient(bpb.RegisterClientRequest(name="far", kind=bpb.CLIENT_KIND_SUBSCRIBER,
-                                                          edge_router="e2", host="127.0.0.1", port=9), timeout=5)
-        far = far_stub.Subscribe(bpb.SubscribeRequest(subscription=bpb.Subscription(
-            subscriber="far", variable="elsewhere/freq", type=bpb.ValueType(kind=bpb.VALUE_KIND_FLOAT),
-            edge_router="e2", qos=[bpb.ModeQoS(mode=0, interval_ms=10, latency_ms=100)])), timeout=20)
+        far = subscribe_at(leaf.address, certs, "far", "elsewhere/freq", interval_ms=10)
         assert not far.admitted and far.rejection.reason == "UnknownVariable", far.rejection
 
         # Without a client certificate: refused by every server.
@@ -141,6 +125,3 @@ async def test_every_control_channel_is_mutual_tls(tmp_path: Path) -> None:
         assert routers["e1"].running
         assert routers["e1"].stub is not None
         routers["e1"].stub.Health(rpb.HealthRequest(), timeout=3)  # the old connection still works
-    finally:
-        for child in reversed(started):
-            child.stop()

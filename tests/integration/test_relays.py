@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import struct
-from collections.abc import Callable
 
 import pytest
 
@@ -12,6 +11,8 @@ from gridstat.core import wire
 from gridstat.granularity import accuracy, dz, relays, serving
 from gridstat.granularity.overlay import Edge, PeerState
 from gridstat.granularity.space import Attribute, AttributeSpace
+
+from .fixtures import eventually
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(30)]
 
@@ -105,14 +106,6 @@ async def relay_peers() -> dict[str, relays.RelayPeer]:
     return peers
 
 
-async def until(cond: Callable[[], bool]) -> None:
-    for _ in range(300):
-        if cond():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("timed out")
-
-
 def burst(k: int = 0) -> list[wire.Event]:
     """Five events of each of the 16 variables (80)."""
     return [wire.Event(1_000 + 10 * k + j, vid, struct.pack(">d", float(j))) for j in range(5) for vid in VARIABLES]
@@ -125,7 +118,8 @@ async def test_a_relay_over_its_budget_refines_and_its_neighbours_follow() -> No
         ov.wire()
         assert ov.tick(0.0) == ()                                   # opens the window
         peers["feed"].publish(burst())
-        await until(lambda: peers["wide"].received == 80 and peers["north"].received == 10)
+        await eventually(lambda: peers["wide"].received == 80 and peers["north"].received == 10,
+                         what="80 events at wide, 10 at north")
         assert peers["west-v"].received == 5
         # 80 events/s arrived at wide, above its 60: BandwidthViolated. Counted: "1" (east and west) brings 40.
         assert ov.tick(1.0) == ("wide",)
@@ -137,7 +131,8 @@ async def test_a_relay_over_its_budget_refines_and_its_neighbours_follow() -> No
         assert [(c.name, c.dzs) for c in peers["feed"].children] == [("wide", ("1",))]   # and the sockets follow
         assert [c.name for c in peers["wide"].children] == ["west-v"]
         peers["feed"].publish(burst(1))
-        await until(lambda: peers["wide"].received == 80 + 40 and peers["west-v"].received == 10)
+        await eventually(lambda: peers["wide"].received == 80 + 40 and peers["west-v"].received == 10,
+                         what="40 more at wide, 10 at west-v")
         await asyncio.sleep(0.05)
         assert peers["north"].received == 10                                          # nothing more for north
         assert ov.tick(2.0) == ()                                   # 40 events/s: within the budget, no change
@@ -170,7 +165,7 @@ async def test_the_timer_samples_the_relays_and_refines_under_load() -> None:
         await asyncio.sleep(0.05)
         before = peers["wide"].received
         peers["feed"].publish(burst())
-        await until(lambda: peers["wide"].received >= before + 20)
+        await eventually(lambda: peers["wide"].received >= before + 20, what="20 more at wide")
         await asyncio.sleep(0.05)
         assert peers["wide"].received == before + 20                # only the four west variables now
     finally:

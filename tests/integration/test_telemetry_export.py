@@ -28,15 +28,17 @@ from gridstat.core.model import FLOAT
 from gridstat.telemetry import RoleTelemetry, records, roles
 from gridstat.v1 import broker_pb2 as bpb
 
-from .brokerprocs import BrokerProc, add_link, add_router, start_broker
-from .kafkaprocs import KafkaProc, consume, free_port
-from .routerprocs import RouterProc, start_router
+from . import brokerprocs
+from .brokerprocs import BrokerProc
+from .fixtures import free_port
+from .kafkaprocs import KafkaProc, consume
+from .routerprocs import RouterProc
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
 #: Names of their own: the suite shares one Kafka, and records are told apart by source.
 ROUTERS = [("te1", 1, "edge"), ("tr2", 2, "internal"), ("te2", 3, "edge")]
-LINKS = [("te1", "tr2"), ("tr2", "te2")]
+LINKS = [("te1", "tr2", 1.0), ("tr2", "te2", 1.0)]
 BROKER = "tel"
 SCHEMAS = {kind: json.loads(records.schema_path(kind).read_text()) for kind in records.KINDS}
 
@@ -51,25 +53,15 @@ class Cloud:
 
 @pytest.fixture(scope="module")
 def cloud(kafka: KafkaProc, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cloud]:
-    state = tmp_path_factory.mktemp("telemetry-cloud") / "A.sqlite"
     metrics = {name: free_port() for name in [BROKER, *(r for r, _, _ in ROUTERS)]}
     common = ("--kafka", kafka.bootstrap, "--telemetry-interval-ms", "500")
-    broker = start_broker(BROKER, str(state), extra=(*common, "--metrics-port", str(metrics[BROKER])))
-    routers: dict[str, RouterProc] = {}
-    try:
-        for name, rid, role in ROUTERS:
-            extra = ("--broker", broker.address) if role == "edge" else ()
-            routers[name] = start_router(name, rid, role=role,
-                                         extra=(*extra, *common, "--metrics-port", str(metrics[name])))
-            add_router(broker, routers[name], role)
-        for a, b in LINKS:
-            add_link(broker, a, b, latency_ms=1.0)
+    with brokerprocs.cloud(tmp_path_factory.mktemp("telemetry-cloud"), ROUTERS, LINKS, name=BROKER,
+                           broker_extra=(*common, "--metrics-port", str(metrics[BROKER])),
+                           proxied=[r for r, _, role in ROUTERS if role == "edge"],
+                           router_extra={r: (*common, "--metrics-port", str(metrics[r])) for r, _, _ in ROUTERS}) \
+            as (broker, routers):
         broker.stub.DefineMode(bpb.DefineModeRequest(mode=1, name="contingency"), timeout=5)
         yield Cloud(broker, routers, metrics, kafka.bootstrap)
-    finally:
-        broker.stop()
-        for r in routers.values():
-            r.stop()
 
 
 async def publish(handles: list[Any], seconds: float, interval_ms: int = 10) -> int:

@@ -131,10 +131,7 @@ async def activemode_switch(
                                  timeout_s=max(30.0, b.config.timeout_s))
     except brokering.BrokerError as exc:
         if exc.retriable:
-            ready = Condition(conditions.READY, False, exc.reason, f"{exc} (retrying)")
-            common.decided(body, ready, reason=exc.reason, message=ready.message, warning=True)
-            _write(patch, body, ready, phase="Pending")
-            raise kopf.TemporaryError(f"{exc.reason}: {exc}", delay=common.backoff_s(retry)) from None
+            common.retry_later(body, exc, retry, lambda ready: _write(patch, body, ready, phase="Pending"))
         _failed(body, patch, exc.reason, str(exc))
         return
     names = common.mode_names(common.modes_of(body.metadata.namespace or "", mode_index))
@@ -185,14 +182,12 @@ async def activemode_watch(
     except brokering.BrokerError:
         return  # the next change or check will say so; a down broker keeps its mode
     if reply.current_mode != status.get("currentModeId") and not reply.changing:
-        ready = Condition(conditions.READY, False, "ModeChangedOutside",
-                          f"the brokers are in mode {reply.current_mode}, not {status.get('currentMode')!r}: "
-                          "changed outside Kubernetes; set spec.mode to re-apply")
-        common.decided(body, ready, reason="ModeChangedOutside", message=ready.message, warning=True)
-        _write(patch, body, ready, phase="Active")
+        common.not_ready(body, "ModeChangedOutside",
+                         f"the brokers are in mode {reply.current_mode}, not {status.get('currentMode')!r}: "
+                         "changed outside Kubernetes; set spec.mode to re-apply",
+                         lambda ready: _write(patch, body, ready, phase="Active"))
 
 
 def _failed(body: kopf.Body, patch: kopf.Patch, reason: str, message: str) -> None:
-    ready = Condition(conditions.READY, False, reason, message)
-    common.decided(body, ready, reason=reason, message=message, warning=True)
-    _write(patch, body, ready, phase="Failed", finishedAt=conditions.now_text())
+    common.not_ready(body, reason, message,
+                     lambda ready: _write(patch, body, ready, phase="Failed", finishedAt=conditions.now_text()))

@@ -1,10 +1,11 @@
-"""What the handlers share: the per-object lock, the retry delay, events on decisions, indexes."""
+"""What the handlers share: the per-object lock, the retry delay, events on decisions, a Ready that is
+not (and the retry after it), indexes."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, NoReturn
 
 import kopf
 
@@ -63,6 +64,30 @@ def decided(
             and old.get("status") == ready.status_text and old.get("message") == ready.message:
         return
     (kopf.warn if warning else kopf.info)(body, reason=reason, message=message[:1024])
+
+
+def writes(patch: kopf.Patch, body: Any, **fields: Any) -> Callable[[conditions.Condition], None]:
+    """The status write of a handler with nothing but ``Ready`` among its conditions (and ``fields``)."""
+    def write(ready: conditions.Condition) -> None:
+        conditions.write_status(patch, body, [ready], **fields)
+
+    return write
+
+
+def not_ready(body: Any, reason: str, message: str, write: Callable[[conditions.Condition], None]) -> None:
+    """``Ready`` False for ``reason``: a warning event when that is news (:func:`decided`), and ``write``
+    puts it in the status."""
+    ready = conditions.Condition(conditions.READY, False, reason, message)
+    decided(body, ready, reason=reason, message=message, warning=True)
+    write(ready)
+
+
+def retry_later(body: Any, exc: brokering.BrokerError, retry: int,
+                write: Callable[[conditions.Condition], None]) -> NoReturn:
+    """A broker that did not answer (a retriable error): ``Ready`` False with the error's reason
+    (:func:`not_ready`), and kopf tries the handler again after :func:`backoff_s`."""
+    not_ready(body, exc.reason, f"{exc} (retrying)", write)
+    raise kopf.TemporaryError(f"{exc.reason}: {exc}", delay=backoff_s(retry)) from None
 
 
 def modes_of(namespace: str, index: Any) -> dict[str, plan.ModeRef]:

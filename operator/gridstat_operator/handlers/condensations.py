@@ -43,7 +43,7 @@ async def condensation_reconcile(
                                  field="spec.mode")
         address = b.leaf(spec.get("cloud", ""))
     except (plan.SpecError, brokering.BrokerRefused) as exc:
-        _refused(body, patch, exc.reason, str(exc))
+        common.not_ready(body, exc.reason, str(exc), common.writes(patch, body))
         return
     data = plan.condensation_request(namespace, name, spec, mode_id=mode.id, creator=CREATOR)
     fingerprint = plan.condensation_fingerprint(data)
@@ -64,11 +64,9 @@ async def condensation_reconcile(
                 kopf.info(body, reason="Placed", message=f"{fid} runs on {info.router} ({info.placement})")
     except brokering.BrokerError as exc:
         if exc.retriable:
-            ready = Condition(conditions.READY, False, exc.reason, f"{exc} (retrying)")
-            common.decided(body, ready, reason=exc.reason, message=ready.message, warning=True)
-            conditions.write_status(patch, body, [ready])
-            raise kopf.TemporaryError(f"{exc.reason}: {exc}", delay=common.backoff_s(retry)) from None
-        _refused(body, patch, exc.reason, f"{exc}" + (f" (field {exc.field})" if exc.field else ""))
+            common.retry_later(body, exc, retry, common.writes(patch, body))
+        common.not_ready(body, exc.reason, f"{exc}" + (f" (field {exc.field})" if exc.field else ""),
+                         common.writes(patch, body))
         return
     output = f"{info.output.publisher}/{info.output.variable}"
     message = f"{output} computed by {info.spec.calculator or spec['calculator']} on router {info.router}"
@@ -106,8 +104,3 @@ async def condensation_delete(
     common.forget(memo, body)
     kopf.info(body, reason="Removed", message=f"condensation function {fid} removed")
 
-
-def _refused(body: kopf.Body, patch: kopf.Patch, reason: str, message: str) -> None:
-    ready = Condition(conditions.READY, False, reason, message)
-    common.decided(body, ready, reason=reason, message=message, warning=True)
-    conditions.write_status(patch, body, [ready])

@@ -91,10 +91,8 @@ async def reconcile(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, mode_in
     selected = sorted(s.name for s in subs if plan.selects(ref, s.name, s.labels))
     clash = plan.mode_clash(ref, mode_index.get(namespace, []) if mode_index is not None else [])
     if clash is not None:
-        ready = Condition(conditions.READY, False, "ModeIdClash",
-                          f"mode id {ref.id} is already Mode {clash!r}: mode ids are unique per utility")
-        common.decided(body, ready, reason="ModeIdClash", message=ready.message, warning=True)
-        conditions.write_status(patch, body, [ready], selected=selected)
+        common.not_ready(body, "ModeIdClash", f"mode id {ref.id} is already Mode {clash!r}: mode ids are unique per "
+                         "utility", common.writes(patch, body, selected=selected))
         return None
     try:
         if define:

@@ -9,9 +9,6 @@ restart by the controller's new ``epoch`` and declare their routers and advertis
 from __future__ import annotations
 
 import argparse
-import asyncio
-import logging
-import signal
 import sys
 
 import grpc
@@ -19,8 +16,7 @@ import grpc
 from gridstat.admission import admitting
 from gridstat.admission.admitting import AdmissionController, Bound, Policy
 from gridstat.admission.service import AdmissionServicer, add_to_server
-from gridstat.core import access, grpclog
-from gridstat.core.aio import exit_with_parent, install_fast_loop
+from gridstat.core import access, grpclog, serving
 from gridstat.core.tls import TlsFiles
 from gridstat.errors import ValidationError
 from gridstat.telemetry import roles as telemetry
@@ -71,14 +67,7 @@ async def serve(controller: AdmissionController, host: str, port: int,
     """With mTLS only brokers consult the controller and administrators read it (core.access)."""
     server = grpc.aio.server(interceptors=access.interceptors(tls.ca if tls else "", grants))
     add_to_server(AdmissionServicer(controller), server)
-    if tls is None:
-        bound = server.add_insecure_port(f"{host}:{port}")
-    else:
-        bound = server.add_secure_port(f"{host}:{port}", tls.server_credentials())
-    if bound == 0:
-        raise ValidationError(f"cannot bind {host}:{port}", field="port")
-    await server.start()
-    return server, bound
+    return server, await serving.listen(server, host, port, tls)
 
 
 async def _run(args: argparse.Namespace) -> None:
@@ -91,23 +80,13 @@ async def _run(args: argparse.Namespace) -> None:
     server, port = await serve(controller, args.host, args.port, tls, access.Grants.parse(args.grant))
     tel = telemetry.for_admission(controller, args.name, args)  # --metrics-port: /metrics of the resource model
     await tel.start()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    print(f"READY name={args.name} port={port}{tel.ready_suffix()}", flush=True)
-    await stop.wait()
+    await serving.until_signalled(f"READY name={args.name} port={port}{tel.ready_suffix()}")
     await server.stop(grace=0.5)
     await tel.stop()
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if args.exit_with_parent:
-        exit_with_parent()
-    install_fast_loop()
-    asyncio.run(_run(args))
+    serving.run(args, lambda: _run(args))
     return 0
 
 

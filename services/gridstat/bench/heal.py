@@ -127,7 +127,11 @@ async def _measure(stub: Any, pub: Any, sub: Any, subs: int, procs: dict[str, su
     await asyncio.gather(*(one(n) for n in range(subs - 1)))
     log(f"heal: {subs} redundancy-2 subscriptions admitted in {time.monotonic() - started:.1f} s")
     sent: list[int] = []
-    publishing = asyncio.ensure_future(pub.run_periodic(handle, lambda ts: sent.append(ts) or 60.0))
+    def value(ts: int) -> float:
+        sent.append(ts)
+        return 60.0
+
+    publishing = asyncio.ensure_future(pub.run_periodic(handle, value))
     await asyncio.sleep(1.0)
     before = await stub.Health(bpb.BrokerHealthRequest(), timeout=5)
     killed = time.monotonic()

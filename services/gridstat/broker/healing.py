@@ -204,6 +204,8 @@ class LinkWatch:
         for task in self._tasks.values():
             task.cancel()
         await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+        if self._tasks:
+            await asyncio.sleep(0.05)  # gRPC finishes the cancelled streams on this loop before it may close
         self._tasks.clear()
 
     async def _follow(self, router: str) -> None:
@@ -212,12 +214,15 @@ class LinkWatch:
             link = self.cloud.links.get(router)
             if link is None:
                 return  # removed from the topology
+            call = link.stub.WatchLinks(rpb.WatchLinksRequest())
             try:
-                async for event in link.stub.WatchLinks(rpb.WatchLinksRequest()):
+                async for event in call:
                     backoff_s = WATCH_BACKOFF_S
                     await self._seen(router, event.channel, event.up)
             except grpc.aio.AioRpcError:
                 pass  # the router is gone or restarting: the health checks say which
+            finally:
+                call.cancel()  # ended here, not later by gRPC's poller on a loop that may be gone
             await asyncio.sleep(backoff_s)
             backoff_s = min(MAX_WATCH_BACKOFF_S, backoff_s * 2)
 

@@ -11,11 +11,9 @@ topology, clients, publications and subscriptions and reconciles its routers.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import gc
 import logging
 import os
-import signal
 import sys
 
 import grpc
@@ -24,8 +22,7 @@ from gridstat.broker import gate
 from gridstat.broker.leaf import LeafBroker
 from gridstat.broker.service import QoSBrokerServicer, SegmentsServicer
 from gridstat.broker.store import BrokerStore
-from gridstat.core import access, grpclog
-from gridstat.core.aio import exit_with_parent, install_fast_loop
+from gridstat.core import access, grpclog, serving
 from gridstat.core.tls import TlsFiles
 from gridstat.errors import ValidationError
 from gridstat.telemetry import roles as telemetry
@@ -109,14 +106,7 @@ async def serve(broker: LeafBroker, host: str, port: int, tls: TlsFiles | None =
                              interceptors=access.interceptors(tls.ca if tls else "", current))
     pb_grpc.add_QoSBrokerServicer_to_server(QoSBrokerServicer(broker), server)  # type: ignore[no-untyped-call]
     pb_grpc.add_SegmentsServicer_to_server(SegmentsServicer(broker), server)  # type: ignore[no-untyped-call]
-    if tls is None:
-        bound = server.add_insecure_port(f"{host}:{port}")
-    else:
-        bound = server.add_secure_port(f"{host}:{port}", tls.server_credentials())
-    if bound == 0:
-        raise ValidationError(f"cannot bind {host}:{port}", field="port")
-    await server.start()
-    return server, bound
+    return server, await serving.listen(server, host, port, tls)
 
 
 async def _run_parent(args: argparse.Namespace) -> None:
@@ -133,21 +123,10 @@ async def _run_parent(args: argparse.Namespace) -> None:
                                                               access.Grants.parse(args.grant)))
     pb_grpc.add_QoSBrokerServicer_to_server(ParentServicer(broker), server)  # type: ignore[no-untyped-call]
     pb_grpc.add_SegmentsServicer_to_server(ParentSegmentsServicer(broker), server)  # type: ignore[no-untyped-call]
-    if tls is None:
-        port = server.add_insecure_port(f"{args.host}:{args.port}")
-    else:
-        port = server.add_secure_port(f"{args.host}:{args.port}", tls.server_credentials())
-    if port == 0:
-        raise ValidationError(f"cannot bind {args.host}:{args.port}", field="port")
-    await server.start()
+    port = await serving.listen(server, args.host, args.port, tls)
     tel = telemetry.for_parent_broker(broker, args)
     await tel.start()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    print(f"READY name={args.name} port={port}{tel.ready_suffix()}", flush=True)
-    await stop.wait()
+    await serving.until_signalled(f"READY name={args.name} port={port}{tel.ready_suffix()}")
     await server.stop(grace=1.0)
     await tel.stop()
     await broker.stop()
@@ -226,24 +205,14 @@ async def _run(args: argparse.Namespace) -> None:
     gc.freeze()
     grants = access.Grants.parse(args.grant, base=access.Grants({}))  # added to the policy's roles
     server, port = await serve(broker, args.host, args.port, tls, grants)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    print(f"READY name={args.name} port={port}{tel.ready_suffix()}", flush=True)
-    await stop.wait()
+    await serving.until_signalled(f"READY name={args.name} port={port}{tel.ready_suffix()}")
     await server.stop(grace=1.0)
     await tel.stop()
     await broker.stop()
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if args.exit_with_parent:
-        exit_with_parent()
-    install_fast_loop()
-    asyncio.run(_run(args))
+    serving.run(args, lambda: _run(args))
     return 0
 
 

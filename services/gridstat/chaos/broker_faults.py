@@ -13,7 +13,7 @@ import grpc
 from gridstat.v1 import broker_pb2 as bpb
 
 from .checks import Outcome
-from .diamond import FLOAT, REBUILD_BOUND_S, Cloud, cloud, count_lost, fmt_s
+from .diamond import FLOAT, REBUILD_BOUND_S, Cloud, check_flowing, cloud, fmt_s
 from .procs import Admission, wait_for
 from .traffic import Sink
 
@@ -22,46 +22,39 @@ def broker_kill(seconds: float) -> Outcome:
     """kill -9 the leaf broker: the data plane never stops; restarted on its state, it recovers everything."""
     out = Outcome("broker-kill")
     with cloud() as c:
-        sink = Sink()
+        c.register_publisher()
+        sink = c.sink("ems")
+        reply = c.subscribe("ems", redundancy=2)
+        before = [(s.subscription.subscription_id, sorted(tuple(p.routers) for a in s.allocations for p in a.paths))
+                  for s in c.stub.ListSubscriptions(bpb.ListSubscriptionsRequest(), timeout=5).subscriptions]
+        feed = c.feed()
+        assert c.broker is not None
         try:
-            c.register_publisher()
-            c.register_subscriber("ems", sink)
-            reply = c.subscribe("ems", redundancy=2)
-            before = [(s.subscription.subscription_id, sorted(tuple(p.routers) for a in s.allocations for p in a.paths))
-                      for s in c.stub.ListSubscriptions(bpb.ListSubscriptionsRequest(), timeout=5).subscriptions]
-            feed = c.feed()
-            assert c.broker is not None
-            try:
-                wait_for(lambda: len(sink.timestamps(c.variable_id)) > 20, timeout_s=5)
-                c.broker.kill()
-                down_ms = int(time.time() * 1000)
-                time.sleep(max(0.5, seconds))
-                up_ms = int(time.time() * 1000)
-                c.broker.start()
-                time.sleep(0.5)
-            finally:
-                sent = feed.stop()
-            time.sleep(0.2)
-            got = sink.timestamps(c.variable_id)
-            during = [ts for ts in got if down_ms <= ts <= up_ms]
-            lost, expected = count_lost(sent, got)
-            out.check("data plane never stops while the broker is down", "events flow, 0 lost",
-                      f"{len(during)} events while down, {lost} lost of {expected}", bool(during) and lost == 0)
-            after = [(s.subscription.subscription_id, sorted(tuple(p.routers) for a in s.allocations for p in a.paths))
-                     for s in c.stub.ListSubscriptions(bpb.ListSubscriptionsRequest(), timeout=5).subscriptions]
-            out.check("broker recovers its subscriptions", "same ids and paths",
-                      f"{len(after)} subscriptions, {'same' if after == before else 'DIFFERENT'}",
-                      after == before and reply.admitted)
-            health = c.stub.Health(bpb.BrokerHealthRequest(), timeout=5)
-            out.check("broker recovers its topology", "4 routers up", f"{health.routers_up} up, "
-                      f"{health.routers_down} down", health.routers_up == 4)
-            c.register_subscriber("ems2", sink)
-            again = c.subscribe("ems2", interval_ms=20)
-            out.check("recovered broker admits", "new subscription admitted",
-                      "admitted" if again.admitted else again.rejection.reason, again.admitted)
-            c.check_nothing_half_installed(out)
+            wait_for(lambda: len(sink.timestamps(c.variable_id)) > 20, timeout_s=5)
+            c.broker.kill()
+            down_ms = int(time.time() * 1000)
+            time.sleep(max(0.5, seconds))
+            up_ms = int(time.time() * 1000)
+            c.broker.start()
+            time.sleep(0.5)
         finally:
-            sink.close()
+            sent = feed.stop()
+        time.sleep(0.2)
+        check_flowing(out, "data plane never stops while the broker is down", sent, sink.timestamps(c.variable_id),
+                      (down_ms, up_ms), fault="down")
+        after = [(s.subscription.subscription_id, sorted(tuple(p.routers) for a in s.allocations for p in a.paths))
+                 for s in c.stub.ListSubscriptions(bpb.ListSubscriptionsRequest(), timeout=5).subscriptions]
+        out.check("broker recovers its subscriptions", "same ids and paths",
+                  f"{len(after)} subscriptions, {'same' if after == before else 'DIFFERENT'}",
+                  after == before and reply.admitted)
+        health = c.stub.Health(bpb.BrokerHealthRequest(), timeout=5)
+        out.check("broker recovers its topology", "4 routers up", f"{health.routers_up} up, "
+                  f"{health.routers_down} down", health.routers_up == 4)
+        c.register_subscriber("ems2", sink)
+        again = c.subscribe("ems2", interval_ms=20)
+        out.check("recovered broker admits", "new subscription admitted",
+                  "admitted" if again.admitted else again.rejection.reason, again.admitted)
+        c.check_nothing_half_installed(out)
     return out
 
 
@@ -70,50 +63,46 @@ def mode_switch_router_down(seconds: float) -> Outcome:
     half; the restarted router is rebuilt into the broker's current mode."""
     out = Outcome("mode-switch-router-down")
     with cloud() as c:
-        sink = Sink()
+        c.register_publisher()
+        sink = c.sink("ems")
+        c.stub.DefineMode(bpb.DefineModeRequest(mode=1, name="contingency"), timeout=5)
+        reply = c.subscribe("ems", modes=(0, 1))
+        out.check("subscription admitted in modes 0 and 1", "admitted", "admitted" if reply.admitted
+                  else reply.rejection.reason, reply.admitted)
+        feed = c.feed()
         try:
-            c.register_publisher()
-            c.register_subscriber("ems", sink)
-            c.stub.DefineMode(bpb.DefineModeRequest(mode=1, name="contingency"), timeout=5)
-            reply = c.subscribe("ems", modes=(0, 1))
-            out.check("subscription admitted in modes 0 and 1", "admitted", "admitted" if reply.admitted
-                      else reply.rejection.reason, reply.admitted)
-            feed = c.feed()
+            wait_for(lambda: len(sink.timestamps(c.variable_id)) > 10, timeout_s=5)
+            c.routers["i1"].kill()
+            t0 = time.monotonic()
             try:
-                wait_for(lambda: len(sink.timestamps(c.variable_id)) > 10, timeout_s=5)
-                c.routers["i1"].kill()
-                t0 = time.monotonic()
-                try:
-                    change = c.stub.ChangeMode(bpb.ChangeModeRequest(name="contingency"), timeout=15)
-                    result = f"completed ({change.duration_ms:.0f} ms)"
-                except grpc.RpcError as exc:
-                    result = f"refused: {exc.code().name}"
-                took = time.monotonic() - t0
-                modes = c.stub.ListModes(bpb.ListModesRequest(), timeout=5)
-                target = 1 if result.startswith("completed") else 0
-                out.check("mode change completes or rolls back", "current == 1 if completed else 0, not changing",
-                          f"{result} in {took:.2f} s; current {modes.current_mode}, changing {modes.changing}",
-                          modes.current_mode == target and not modes.changing)
-                time.sleep(max(0.3, seconds / 2))
-                rebuild = c.restart_router("i1")
-                out.check("dead router rebuilt into the current mode", f"<= {REBUILD_BOUND_S:.0f} s, mode "
-                          f"{modes.current_mode}", f"{fmt_s(rebuild)}, mode {c.routers['i1'].current_mode()}",
-                          rebuild <= REBUILD_BOUND_S and c.routers["i1"].current_mode() == modes.current_mode)
-                modes_seen = {n: r.current_mode() for n, r in c.routers.items()}
-                out.check("every router in the broker's mode", f"all {modes.current_mode}",
-                          " ".join(f"{n}={m}" for n, m in modes_seen.items()),
-                          set(modes_seen.values()) == {modes.current_mode})
-                resumed_ms = int(time.time() * 1000)
-                wait_for(lambda: sum(1 for ts in sink.timestamps(c.variable_id) if ts > resumed_ms) >= 10,
-                         timeout_s=3)
-            finally:
-                feed.stop()
-            out.check("stream flows after the change", "> 0 events",
-                      f"{sum(1 for ts in sink.timestamps(c.variable_id) if ts > resumed_ms)} events",
-                      any(ts > resumed_ms for ts in sink.timestamps(c.variable_id)))
-            c.check_nothing_half_installed(out)
+                change = c.stub.ChangeMode(bpb.ChangeModeRequest(name="contingency"), timeout=15)
+                result = f"completed ({change.duration_ms:.0f} ms)"
+            except grpc.RpcError as exc:
+                result = f"refused: {exc.code().name}"
+            took = time.monotonic() - t0
+            modes = c.stub.ListModes(bpb.ListModesRequest(), timeout=5)
+            target = 1 if result.startswith("completed") else 0
+            out.check("mode change completes or rolls back", "current == 1 if completed else 0, not changing",
+                      f"{result} in {took:.2f} s; current {modes.current_mode}, changing {modes.changing}",
+                      modes.current_mode == target and not modes.changing)
+            time.sleep(max(0.3, seconds / 2))
+            rebuild = c.restart_router("i1")
+            out.check("dead router rebuilt into the current mode", f"<= {REBUILD_BOUND_S:.0f} s, mode "
+                      f"{modes.current_mode}", f"{fmt_s(rebuild)}, mode {c.routers['i1'].current_mode()}",
+                      rebuild <= REBUILD_BOUND_S and c.routers["i1"].current_mode() == modes.current_mode)
+            modes_seen = {n: r.current_mode() for n, r in c.routers.items()}
+            out.check("every router in the broker's mode", f"all {modes.current_mode}",
+                      " ".join(f"{n}={m}" for n, m in modes_seen.items()),
+                      set(modes_seen.values()) == {modes.current_mode})
+            resumed_ms = int(time.time() * 1000)
+            wait_for(lambda: sum(1 for ts in sink.timestamps(c.variable_id) if ts > resumed_ms) >= 10,
+                     timeout_s=3)
         finally:
-            sink.close()
+            feed.stop()
+        out.check("stream flows after the change", "> 0 events",
+                  f"{sum(1 for ts in sink.timestamps(c.variable_id) if ts > resumed_ms)} events",
+                  any(ts > resumed_ms for ts in sink.timestamps(c.variable_id)))
+        c.check_nothing_half_installed(out)
     return out
 
 
@@ -245,12 +234,8 @@ def broker_stop(seconds: float) -> Outcome:
                 stop.set()
                 sent = feed.stop()
             time.sleep(0.2)
-            got = sink.timestamps(c.variable_id)
-            during = [ts for ts in got if down_ms <= ts <= up_ms]
-            lost, expected = count_lost(sent, got)
-            out.check("data plane keeps flowing while the broker is stopped", "events flow, 0 lost",
-                      f"{len(during)} events while stopped, {lost} lost of {expected}",
-                      reply.admitted and bool(during) and lost == 0)
+            check_flowing(out, "data plane keeps flowing while the broker is stopped", sent,
+                          sink.timestamps(c.variable_id), (down_ms, up_ms), fault="stopped", also=reply.admitted)
             # Calls started during the stop whose deadline came before SIGCONT.
             blocked = [(t1 - t0, st) for t0, t1, _, st in calls if stopped <= t0 and t0 + CHURN_DEADLINE_S < resumed]
             hung = [(d, st) for d, st in blocked if st != "DEADLINE_EXCEEDED" or d > CHURN_DEADLINE_S + 0.5]

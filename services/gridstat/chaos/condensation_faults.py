@@ -82,14 +82,10 @@ def condensation_host_kill(seconds: float) -> Outcome:
                           f"{'installed' if installed else 'NOT installed'} (routes {fmt_s(rebuild)}), output "
                           f"after {fmt_s(resumed_s)}", installed and resumed_s <= CF_RESUME_BOUND_S)
                 # 2. SIGSTOP / SIGCONT the host.
-                wait_for(lambda: sum(1 for ts in sdk.events if ts > restart_ms) >= 3, timeout_s=3)
+                wait_for(lambda: sdk.count_after(restart_ms) >= 3, timeout_s=3)
                 before = len(sdk.violations)
-                stopped_ms = int(time.time() * 1000)
-                c.routers[host].pause()
-                time.sleep(max(1.0, seconds))
-                c.routers[host].resume()
-                resumed_ms = int(time.time() * 1000)
-                wait_for(lambda: sum(1 for ts in sdk.events if ts > resumed_ms) >= 3, timeout_s=5)
+                stopped_ms, resumed_ms = c.routers[host].pause_for(max(1.0, seconds))
+                wait_for(lambda: sdk.count_after(resumed_ms) >= 3, timeout_s=5)
             finally:
                 stopped = [f.stop() for f in feeds]
             sent = stopped[0]
@@ -162,14 +158,11 @@ def _standalone_host(c: Cloud, out: Outcome, seconds: float, latency_ms: int) ->
         wait_for(lambda: len(sdk.events) >= 3, timeout_s=5)
         flowing = len(sdk.events)
         before = len(sdk.violations)
-        host.pause()
-        time.sleep(max(1.0, seconds))
-        host.resume()
-        resumed_ms = int(time.time() * 1000)
-        wait_for(lambda: sum(1 for ts in sdk.events if ts > resumed_ms) >= 3, timeout_s=5)
+        _, resumed_ms = host.pause_for(max(1.0, seconds))
+        wait_for(lambda: sdk.count_after(resumed_ms) >= 3, timeout_s=5)
         late = [v for _, v in sdk.violations[before:] if v.kind in ("late", "gap")]
         lag = (late[0].detected_ms - (late[0].expected_ts_ms + latency_ms)) if late else None
-        recovered = sum(1 for ts in sdk.events if ts > resumed_ms)
+        recovered = sdk.count_after(resumed_ms)
         out.check("standalone host stopped: violation within one interval, output recovers after SIGCONT",
                   f"output flowing; >= 1 late/gap <= {CF_INTERVAL_MS} ms; > 0 events after",
                   f"{flowing} events, {'admitted' if admitted else 'REFUSED'}; {len(late)} violations, first "

@@ -7,6 +7,8 @@ The cloud is the diamond of the integration tests, with a leaf broker in front::
              \\        /
               i2 -----
 
+and, for the healing scenarios, a slower spare interior ``i3`` (``cloud(spare=True)``).
+
 Every scenario is bounded: ``seconds`` scales the fault (how long a router stays dead or stopped,
 how long traffic runs impaired), every wait has a deadline, every child is reaped.
 """
@@ -24,6 +26,7 @@ from pathlib import Path
 import grpc
 
 from gridstat.v1 import broker_pb2 as bpb
+from gridstat.v1 import router_pb2 as rpb
 
 from .checks import Outcome
 from .procs import Admission, Broker, Router, wait_for
@@ -35,6 +38,9 @@ AUTH = False
 
 ROUTERS = [("e1", 1, "edge"), ("i1", 2, "internal"), ("i2", 3, "internal"), ("e2", 4, "edge")]
 LINKS = [("e1", "i1", 1.0), ("i1", "e2", 1.0), ("e1", "i2", 2.0), ("i2", "e2", 2.0)]
+#: The spare interior the broker re-plans onto when i1 or i2 fails (docs/redundancy.md, "Healing").
+SPARE = ("i3", 5, "internal")
+SPARE_LINKS = [("e1", "i3", 3.0), ("i3", "e2", 3.0)]
 FLOAT = bpb.ValueType(kind=bpb.VALUE_KIND_FLOAT)
 PUB_INTERVAL_MS = 10
 #: A restarted router must be rebuilt (channels and routes back) within this (docs/chaos.md).
@@ -55,20 +61,26 @@ class Cloud:
     publisher_key: bytes = b""
     subscribers: list[Sink | SdkSubscriber] = field(default_factory=list)
 
-    def start(self, *, broker_extra: tuple[str, ...] = (), event_ports: dict[str, int] | None = None) -> None:
-        for name, rid, role in ROUTERS:
-            self.routers[name] = Router(name, router_id=rid, role=role).start()
+    def start(self, *, broker_extra: tuple[str, ...] = (), event_ports: dict[str, int] | None = None,
+              spare: bool = False) -> None:
+        """Start the routers not started yet and the broker, and give it the topology; ``event_ports``
+        names a router's event address other than its own port (a relay in front of it); ``spare``
+        adds the spare interior i3."""
+        routers, links = ([*ROUTERS, SPARE], [*LINKS, *SPARE_LINKS]) if spare else (ROUTERS, LINKS)
+        for name, rid, role in routers:
+            if name not in self.routers:
+                self.routers[name] = Router(name, router_id=rid, role=role).start()
         if AUTH:
             broker_extra = (*broker_extra, "--channel-auth", "all")
         self.broker = Broker("A", state=str(self.workdir / "A.sqlite"), extra=broker_extra).start()
-        for name, _, role in ROUTERS:
+        for name, _, role in routers:
             r = self.routers[name]
             port = (event_ports or {}).get(name, r.port)
             self.event_ports[name] = port
             self.stub.AddRouter(bpb.AddRouterRequest(router=bpb.RouterInfo(
                 name=name, role=role, capacity_eps=50_000, control_address=f"127.0.0.1:{r.control_port}",
                 event_address=f"127.0.0.1:{port}", router_id=r.router_id)), timeout=5)
-        for a, b, lat in LINKS:
+        for a, b, lat in links:
             self.stub.AddChannel(bpb.AddTopologyChannelRequest(channel=bpb.TopologyChannel(
                 a=a, b=b, bandwidth_bps=100_000_000, latency_ms=lat, both_directions=True)), timeout=5)
 
@@ -78,6 +90,10 @@ class Cloud:
         return self.broker.stub
 
     def close(self) -> None:
+        """Close the subscribers registered (their threads and sockets), then stop every child."""
+        for sub in self.subscribers:
+            with contextlib.suppress(Exception):
+                sub.close()
         for child in [self.broker, self.admission, *self.routers.values()]:
             if child is not None:
                 with contextlib.suppress(Exception):
@@ -93,13 +109,26 @@ class Cloud:
         self.publisher_key = pub.channel_key
 
     def register_subscriber(self, name: str, target: Sink | SdkSubscriber) -> None:
+        """Register ``target``'s socket as subscriber ``name`` at e2; the cloud closes it when it closes."""
+        if target not in self.subscribers:
+            self.subscribers.append(target)
         reply = self.stub.RegisterClient(bpb.RegisterClientRequest(
             name=name, kind=bpb.CLIENT_KIND_SUBSCRIBER, edge_router="e2", host="127.0.0.1", port=target.port,
             first_time=True), timeout=5)
         if reply.channel_key:
             target.set_key(reply.channel_key)
-        if target not in self.subscribers:
-            self.subscribers.append(target)
+
+    def sink(self, name: str) -> Sink:
+        """A raw subscriber socket registered as ``name`` (closed with the cloud)."""
+        sink = Sink()
+        self.register_subscriber(name, sink)
+        return sink
+
+    def sdk_subscriber(self, name: str, subscriber_id: int) -> SdkSubscriber:
+        """The SDK's subscriber registered as ``name`` (closed with the cloud)."""
+        sdk = SdkSubscriber(name, subscriber_id)
+        self.register_subscriber(name, sdk)
+        return sdk
 
     def subscribe(self, name: str, *, redundancy: int = 1, interval_ms: int = 10, latency_ms: int = 50,
                   modes: tuple[int, ...] = (0,)) -> bpb.SubscribeReply:
@@ -187,14 +216,24 @@ class Cloud:
                              "neighbours were re-keyed)")
 
     def restart_router(self, name: str) -> float:
-        """Restart a dead router at its ports; seconds until it holds all its desired routes (inf if never)."""
-        r = self.routers[name].start()
+        """Restart a dead router at its ports, announcing its start to the broker (``--broker``); seconds
+        from its READY line until the broker rebuilt it: its channels back, exactly its desired routes (none
+        when healing moved its paths elsewhere while it was dead) and the broker's mode (inf if never)."""
+        r = self.routers[name]
+        if "--broker" not in r.extra and self.broker is not None:
+            r.extra = (*r.extra, "--broker", f"127.0.0.1:{self.broker.port}")
+        r.start()
         t0 = time.monotonic()
+        assert r.stub is not None
+        stub = r.stub
 
         def rebuilt() -> bool:
             want = {m: n for (rn, m), n in self.desired_routes().items() if rn == name}
-            have = Counter(route.mode for route in r.routes())
-            return bool(want) and dict(have) == want
+            listed = stub.ListRoutes(rpb.ListRoutesRequest(), timeout=2)
+            have = Counter(route.mode for route in listed.routes)
+            channels = stub.ListChannels(rpb.ListChannelsRequest(), timeout=2).channels
+            mode = self.stub.ListModes(bpb.ListModesRequest(), timeout=2).current_mode
+            return bool(channels) and dict(have) == want and listed.current_mode == mode
 
         ok = wait_for(rebuilt, timeout_s=10, step_s=0.02)
         return time.monotonic() - t0 if ok else float("inf")
@@ -220,6 +259,16 @@ def count_lost(sent: list[int], got: set[int], since: int | None = None) -> tupl
     # The last few may still be in flight when the feed stops: judge up to the newest received.
     expected = [ts for ts in expected if ts <= max(got)]
     return sum(1 for ts in expected if ts not in got), len(expected)
+
+
+def check_flowing(out: Outcome, invariant: str, sent: list[int], got: set[int], window: tuple[int, int], *,
+                  fault: str, also: bool = True) -> None:
+    """The invariant that a stream flowed through a fault (``window``: its first and last ms on the wall
+    clock; ``fault`` says what it was, e.g. "down") and lost none of the events ``sent``."""
+    during = [ts for ts in got if window[0] <= ts <= window[1]]
+    lost, expected = count_lost(sent, got)
+    out.check(invariant, "events flow, 0 lost", f"{len(during)} events while {fault}, {lost} lost of {expected}",
+              also and bool(during) and lost == 0 and expected > 0)
 
 
 def fmt_s(s: float) -> str:

@@ -14,7 +14,7 @@ import grpc
 from gridstat.v1 import broker_pb2 as bpb
 
 from .checks import Outcome
-from .diamond import FLOAT, PUB_INTERVAL_MS, count_lost
+from .diamond import FLOAT, PUB_INTERVAL_MS, check_flowing
 from .procs import Broker, Router, wait_for
 from .traffic import Feed, Sink
 
@@ -179,12 +179,8 @@ def parent_partition(seconds: float) -> Outcome:
                       f"DEADLINE_EXCEEDED/UNAVAILABLE <= {PARTITION_CALL_DEADLINE_S + 1:.0f} s",
                       f"{status} ({took:.2f} s)", retriable and took <= PARTITION_CALL_DEADLINE_S + 1)
             for what, sink in (("in-cloud", local), ("installed inter-cloud", remote)):
-                got = sink.timestamps(var)
-                while_down = [ts for ts in got if down_ms <= ts <= up_ms]
-                lost, expected = count_lost(sent, got)
-                out.check(f"{what} stream flows through the partition", "events flow, 0 lost",
-                          f"{len(while_down)} events while partitioned, {lost} lost of {expected}",
-                          bool(while_down) and lost == 0 and expected > 0)
+                check_flowing(out, f"{what} stream flows through the partition", sent, sink.timestamps(var),
+                              (down_ms, up_ms), fault="partitioned")
             # The timed-out request was queued at the parent; once it runs again it may still admit it
             # (the client was told DEADLINE_EXCEEDED): report it, and retire it so the retry is clean.
             ghosts = [s.subscription.subscription_id for s in h.pstub.ListSubscriptions(

@@ -20,13 +20,14 @@ import os
 import re
 import shlex
 import subprocess
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
+
+from gridstat.core import waiting
 
 from .procs import ChaosError
 
@@ -410,21 +411,12 @@ class Kubectl:
 
 
 def wait_until(what: str, predicate: Callable[[], T | None], timeout_s: float, step_s: float = 0.5) -> T:
-    """Poll until ``predicate`` returns something truthy (returned), else ChaosError after ``timeout_s``.
-    A ChaosError of one poll (kubectl failing while a pod restarts) counts as "not yet"."""
-    deadline = time.monotonic() + timeout_s
-    last: object = None
-    while True:
-        try:
-            got = predicate()
-            if got:
-                return got
-            last = got
-        except ChaosError as exc:
-            last = exc
-        if time.monotonic() >= deadline:
-            raise ChaosError(f"{what}: not reached within {timeout_s:.0f} s (last: {str(last)[:300]})")
-        time.sleep(step_s)
+    """Poll until ``predicate`` returns something truthy (returned), else ChaosError after ``timeout_s``
+    (core.waiting.until). A ChaosError of one poll (kubectl failing while a pod restarts) counts as "not yet"."""
+    try:
+        return waiting.until(predicate, what=what, timeout_s=timeout_s, step_s=step_s, tolerate=(ChaosError,))
+    except waiting.NotReached as exc:
+        raise ChaosError(str(exc)) from None
 
 
 # -- the release -------------------------------------------------------------------------------------------

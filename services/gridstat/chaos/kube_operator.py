@@ -20,7 +20,6 @@ import importlib.util
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -30,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gridstat.core import ports
 from gridstat.v1 import broker_pb2 as bpb
 
 from .checks import Outcome
@@ -134,12 +134,6 @@ _LAUNCH = ("import ctypes, runpy, signal\n"
            "runpy.run_module('gridstat_operator', run_name='__main__', alter_sys=True)")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @dataclass
 class OperatorProc(Signals):
     """``python -m gridstat_operator`` on one namespace, standalone, liveness on 127.0.0.1."""
@@ -159,7 +153,7 @@ class OperatorProc(Signals):
         env = {**self.kube.env, "KUBECONFIG": str(self.kube.kubeconfig), "GRIDSTAT_BROKERS": f"A={self.broker}",
                "GRIDSTAT_BROKER_TIMEOUT_S": "3", "GRIDSTAT_DRIFT_CHECK_S": "10", "PYTHONUNBUFFERED": "1"}
         cmd = [sys.executable, "-c", _LAUNCH, "--namespace", self.namespace, "--standalone",
-               "--liveness", f"http://127.0.0.1:{_free_port()}/healthz"]
+               "--liveness", f"http://127.0.0.1:{ports.free_port()}/healthz"]
         self.starts += 1
         with self.log.open("ab") as log:
             log.write(f"--- start {self.starts}\n".encode())

@@ -198,7 +198,7 @@ def degraded_link(seconds: float) -> Outcome:
                 counts = lab.counters(a, b)
                 lab.clear(a, b)
                 cleared_ms = int(time.time() * 1000)
-                wait_for(lambda: sum(1 for ts in sdk.events if ts > cleared_ms) >= 5, timeout_s=5)
+                wait_for(lambda: sdk.count_after(cleared_ms) >= 5, timeout_s=5)
             finally:
                 feed.stop()
             late, _first, lag = first_violation(sdk.violations, before, latency_ms)

@@ -17,7 +17,7 @@ from typing import Any
 
 import grpc
 
-from gridstat.core import children
+from gridstat.core import children, waiting
 from gridstat.core.children import ready_port
 from gridstat.core.tls import TlsFiles
 from gridstat.errors import GridStatError
@@ -36,19 +36,8 @@ class ChaosError(GridStatError):
 
 
 def wait_for(predicate: Callable[[], bool], timeout_s: float = 10.0, step_s: float = 0.02) -> bool:
-    """Poll ``predicate`` until true or ``timeout_s``; bounded in time (and so in count)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if predicate():
-                return True
-        except grpc.RpcError:
-            pass
-        time.sleep(step_s)
-    try:
-        return bool(predicate())
-    except grpc.RpcError:
-        return False
+    """Poll ``predicate`` until true or ``timeout_s`` (core.waiting); a refused gRPC call counts as false."""
+    return waiting.wait_for(predicate, timeout_s=timeout_s, step_s=step_s, tolerate=(grpc.RpcError,))
 
 
 def _spawn(cmd: list[str], what: str) -> tuple[subprocess.Popen[str], dict[str, str]]:
@@ -90,6 +79,14 @@ class Signals:
             if self.proc.poll() is None:
                 self.proc.send_signal(signal.SIGCONT)
             self.paused = False
+
+    def pause_for(self, seconds: float) -> tuple[int, int]:
+        """SIGSTOP, ``seconds`` stopped, SIGCONT: when it was stopped and when continued (wall clock, ms)."""
+        stopped_ms = int(time.time() * 1000)
+        self.pause()
+        time.sleep(seconds)
+        self.resume()
+        return stopped_ms, int(time.time() * 1000)
 
     def stop(self) -> None:
         self.resume()

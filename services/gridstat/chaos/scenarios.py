@@ -15,7 +15,7 @@ from .broker_faults import admission_kill, broker_kill, broker_stop, mode_switch
 from .checks import Outcome
 from .condensation_faults import condensation_host_kill
 from .hierarchy_faults import parent_partition
-from .router_faults import degraded_channel, path_loss, router_kill, router_stop
+from .router_faults import degraded_channel, path_loss, router_down_long, router_kill, router_stop, spare_path
 
 
 def _operator_kill(seconds: float) -> Outcome:
@@ -40,7 +40,12 @@ def _netns(name: str) -> Callable[[float], Outcome]:
 #: name -> (function(seconds) -> Outcome, one-line description)
 SCENARIOS: dict[str, tuple[Callable[[float], Outcome], str]] = {
     "path-loss": (path_loss, "redundancy 2, kill -9 a path router: 0 events lost, rebuilt within 2 s"),
-    "router-kill": (router_kill, "redundancy 1, kill -9 the path router and restart it: rebuilt within 2 s"),
+    "router-kill": (router_kill, "redundancy 1, kill -9 the path router and restart it: re-planned around it, "
+                    "rebuilt within 2 s"),
+    "spare-path": (spare_path, "redundancy 2 with a spare, kill -9 a path router: 0 lost, the spare takes over "
+                   "within 2 s, both paths deliver again"),
+    "router-down-long": (router_down_long, "redundancy 1, a path router dead 15 x N s: re-planned at once; back, it "
+                         "announces itself and is rebuilt within 1 s"),
     "router-stop": (router_stop, "SIGSTOP/SIGCONT a path router: violation reported within one interval"),
     "broker-kill": (broker_kill, "kill -9 the leaf broker: data plane never stops, state recovered"),
     "mode-switch-router-down": (mode_switch_router_down,

@@ -11,10 +11,12 @@ import random
 import socket
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 from gridstat.client import Holder, Subscriber, Subscription, Violation
-from gridstat.core import wire
+from gridstat.core import udpsink, wire
 from gridstat.core.model import FLOAT, StatusVariable
 
 
@@ -23,13 +25,15 @@ def now_ms() -> int:
 
 
 class Feed:
-    """Publishes one event per ``interval_ms`` (aligned timestamps) to an edge router until stopped."""
+    """Publishes an event of each variable (``variable_ids``: one or several, one datagram for all) per
+    ``interval_ms`` (aligned timestamps, all carrying ``value``) to an edge router until stopped."""
 
-    def __init__(self, edge_port: int, sender: int, variable_id: int, interval_ms: int = 10,
-                 key: bytes = b"", host: str = "127.0.0.1") -> None:
-        self.key, self.host = key, host
+    def __init__(self, edge_port: int, sender: int, variable_ids: int | Sequence[int], interval_ms: int = 10,
+                 key: bytes = b"", host: str = "127.0.0.1", value: bytes = b"\0" * 8) -> None:
+        self.key, self.host, self.value = key, host, value
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.edge_port, self.sender, self.variable_id, self.interval_ms = edge_port, sender, variable_id, interval_ms
+        self.edge_port, self.sender, self.interval_ms = edge_port, sender, interval_ms
+        self.variable_ids = (variable_ids,) if isinstance(variable_ids, int) else tuple(variable_ids)
         self.sent: list[int] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="chaos-feed", daemon=True)
@@ -42,8 +46,8 @@ class Feed:
             ts = now - now % self.interval_ms
             if not self.sent or ts > self.sent[-1]:
                 seq += 1
-                ev = wire.encode_event(wire.Event(ts, self.variable_id, b"\0" * 8))
-                data = wire.encode_datagram(self.sender, seq, [ev])
+                evs = [wire.encode_event(wire.Event(ts, v, self.value)) for v in self.variable_ids]
+                data = wire.encode_datagram(self.sender, seq, evs)
                 if self.key:
                     data = wire.sign_datagram(self.key, data)
                 with contextlib.suppress(OSError):
@@ -59,49 +63,56 @@ class Feed:
 
 
 class Sink:
-    """A raw subscriber socket collecting (variable, timestamp, arrival ms) in a thread."""
+    """A raw subscriber socket (core.udpsink): every event and mode notice it receives, from its thread."""
 
     def __init__(self) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.settimeout(0.05)
-        self.events: list[tuple[int, int, int]] = []
+        self.received: list[wire.Event] = []
+        self.notices: list[tuple[int, int, int, int]] = []
         #: With a channel key (``set_key``): datagrams whose tag verifies, and those that do not.
         self.key = b""
         self.verified = self.unverified = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="chaos-sink", daemon=True)
-        self._thread.start()
+        self.udp = udpsink.UdpSink(self._on, name="chaos-sink")
 
     @property
     def port(self) -> int:
-        return int(self.sock.getsockname()[1])
+        return self.udp.port
 
     def set_key(self, key: bytes) -> None:
         self.key = key
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                data = self.sock.recv(65536)
-            except (TimeoutError, OSError):
-                continue
-            arrived = now_ms()
-            if self.key and data[3:4] == bytes((wire.KIND_EVENTS,)):
-                if not wire.verify_datagram(self.key, data):
-                    self.unverified += 1
-                    continue
-                self.verified += 1
-            with contextlib.suppress(wire.DecodeError):
-                self.events.extend((e.variable_id, e.timestamp_ms, arrived) for e in wire.decode_datagram(data).events)
+    def _on(self, data: bytes, _arrived_ms: int) -> None:
+        if self.key and data[3:4] == bytes((wire.KIND_EVENTS,)):
+            if not wire.verify_datagram(self.key, data):
+                self.unverified += 1
+                return
+            self.verified += 1
+        try:
+            d = wire.decode_datagram(data)
+        except wire.DecodeError:
+            return
+        if d.mode_notice is not None:
+            self.notices.append(d.mode_notice)
+        self.received.extend(d.events)
+
+    @property
+    def events(self) -> list[tuple[int, int]]:
+        """(variable, timestamp) of every event received, in arrival order (repeats kept)."""
+        return [(e.variable_id, e.timestamp_ms) for e in list(self.received)]
 
     def timestamps(self, variable_id: int) -> set[int]:
-        return {ts for v, ts, _ in list(self.events) if v == variable_id}
+        return {e.timestamp_ms for e in list(self.received) if e.variable_id == variable_id}
+
+    def count(self, variable_id: int, since_ms: int = 0) -> int:
+        """Events of ``variable_id`` received with a timestamp of ``since_ms`` or later."""
+        return sum(1 for e in list(self.received) if e.variable_id == variable_id and e.timestamp_ms >= since_ms)
+
+    def floats(self, variable_id: int) -> list[tuple[int, float]]:
+        """(timestamp, value) of every event of a FLOAT variable received, in arrival order."""
+        return [(e.timestamp_ms, cast(float, wire.decode_value(FLOAT, e.value)))
+                for e in list(self.received) if e.variable_id == variable_id]
 
     def close(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=2)
-        self.sock.close()
+        self.udp.close()
 
 
 @dataclass
@@ -129,6 +140,10 @@ class SdkSubscriber:
     def port(self) -> int:
         return int(self.sub.address[1])
 
+    def count_after(self, ms: int) -> int:
+        """Events received with a timestamp after ``ms``."""
+        return sum(1 for ts in list(self.events) if ts > ms)
+
     def set_key(self, key: bytes) -> None:
         self.sub.key = wire.check_key(key)
 
@@ -149,6 +164,8 @@ class SdkSubscriber:
         self._call(go())
 
     def close(self) -> None:
+        if self.loop.is_closed():
+            return
         with contextlib.suppress(Exception):
             self._call(self.sub.stop())
         self.loop.call_soon_threadsafe(self.loop.stop)
@@ -156,7 +173,7 @@ class SdkSubscriber:
         self.loop.close()
 
 
-class ImpairedLink:
+class ImpairedLink(udpsink.UdpSink):
     """A UDP relay that degrades an event channel in user space: loss, delay (+ jitter, which
     reorders), duplication. Used where tc netem is unavailable (docs/chaos.md). Seeded: runs repeat.
 
@@ -168,45 +185,33 @@ class ImpairedLink:
         self.target = ("127.0.0.1", target_port)
         self.loss, self.delay_ms, self.jitter_ms, self.duplicate = loss, delay_ms, jitter_ms, duplicate
         self.rng = random.Random(seed)
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.settimeout(0.005)
         self.out = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.counts = {"in": 0, "lost": 0, "duplicated": 0, "out": 0}
         self._pending: list[tuple[float, bytes]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="chaos-impair", daemon=True)
-        self._thread.start()
+        super().__init__(self._impair, name="chaos-impair", poll_s=0.005)
 
-    @property
-    def port(self) -> int:
-        return int(self.sock.getsockname()[1])
+    def _impair(self, data: bytes, _arrived_ms: int) -> None:
+        self.counts["in"] += 1
+        if self.rng.random() < self.loss:
+            self.counts["lost"] += 1
+            return
+        copies = 2 if self.rng.random() < self.duplicate else 1
+        self.counts["duplicated"] += copies - 1
+        for _ in range(copies):
+            wait_ms = max(0.0, self.delay_ms + self.rng.uniform(-1, 1) * self.jitter_ms)
+            self._pending.append((time.monotonic() + wait_ms / 1e3, data))
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            with contextlib.suppress(TimeoutError, OSError):
-                data = self.sock.recv(65536)
-                self.counts["in"] += 1
-                if self.rng.random() < self.loss:
-                    self.counts["lost"] += 1
-                else:
-                    copies = 2 if self.rng.random() < self.duplicate else 1
-                    self.counts["duplicated"] += copies - 1
-                    for _ in range(copies):
-                        wait_ms = max(0.0, self.delay_ms + self.rng.uniform(-1, 1) * self.jitter_ms)
-                        due = time.monotonic() + wait_ms / 1e3
-                        self._pending.append((due, data))
-            now = time.monotonic()
-            ready = [p for p in self._pending if p[0] <= now]
-            if ready:
-                self._pending = [p for p in self._pending if p[0] > now]
-                for _, data in sorted(ready, key=lambda p: p[0]):
-                    with contextlib.suppress(OSError):
-                        self.out.sendto(data, self.target)
-                        self.counts["out"] += 1
+    def tick(self) -> None:
+        """Send on the datagrams whose delay is over, in the order they fall due."""
+        now = time.monotonic()
+        ready = [p for p in self._pending if p[0] <= now]
+        if ready:
+            self._pending = [p for p in self._pending if p[0] > now]
+            for _, data in sorted(ready, key=lambda p: p[0]):
+                with contextlib.suppress(OSError):
+                    self.out.sendto(data, self.target)
+                    self.counts["out"] += 1
 
     def close(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=2)
-        self.sock.close()
+        super().close()
         self.out.close()

@@ -21,13 +21,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import logging
-import signal
 import sys
 
 from gridstat.cli.common import EXIT_CODES_HELP, EXIT_OK, EXIT_REJECTED, EXIT_UNAVAILABLE
 from gridstat.client import Subscriber, SubscriptionRejected
-from gridstat.core.aio import install_fast_loop
+from gridstat.core import serving
 from gridstat.core.model import BOOL, FLOAT, INT, TypeSpec, split_variable_name
 from gridstat.errors import ChannelUnavailable, GridStatError, ValidationError
 from gridstat.telemetry import Archiver, roles
@@ -82,10 +80,7 @@ async def _run(args: argparse.Namespace, variables: list[tuple[str, int]]) -> in
                                        latency_ms=args.latency_ms, on_event=archiver.on_event)
         roles.add_subscriber(tel, sub)
         print(f"READY name={args.name} variables={len(variables)}{tel.ready_suffix()}", flush=True)
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
+        stop = serving.stop_signals()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), args.duration)
     except SubscriptionRejected as exc:
@@ -108,14 +103,7 @@ async def _run(args: argparse.Namespace, variables: list[tuple[str, int]]) -> in
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     variables = parse_variables(args.variables, args.interval_ms)
     if not args.kafka:
         raise ValidationError("gridstat archive needs --kafka (or GRIDSTAT_KAFKA)", field="kafka")
-    if args.exit_with_parent:
-        from gridstat.core.aio import exit_with_parent
-
-        exit_with_parent()
-    install_fast_loop()
-    return asyncio.run(_run(args, variables))
+    return serving.run(args, lambda: _run(args, variables))

@@ -13,12 +13,13 @@ Exit codes of ``gridstat sub|topology|routes``:
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import grpc
 
@@ -233,6 +234,28 @@ def call(target: str, fn: Callable[[], T], *, rejections: bool = False) -> T:
         return fn()
     except grpc.RpcError as exc:
         raise failure_to_error(RpcFailure.of(exc), target=target, rejections=rejections) from None
+
+
+def broker_call(args: argparse.Namespace, method: str, request: object, *, min_timeout_s: float = 0.0,
+                rejections: bool = False) -> Any:
+    """One ``QoSBroker`` call (``method``) to ``--broker`` (else the environment) within ``--timeout``, or
+    ``min_timeout_s`` if longer; its reply. A failure becomes a :class:`CommandFailed` (:func:`call`)."""
+    timeout = check_timeout(args.timeout)
+    address, channel, stub = broker_stub(args)
+    with channel:
+        return call(f"broker at {address}", functools.partial(getattr(stub, method), request,
+                                                              timeout=max(timeout, min_timeout_s)),
+                    rejections=rejections)
+
+
+def emit(output: str, data: object, view: Callable[[Any], object]) -> None:
+    """``data`` on stdout: JSON with ``-o json``, else ``view(data)`` as a table (:func:`print_table`)."""
+    if output == "json":
+        from gridstat.cli.formatting import to_json
+
+        print(to_json(data))
+    else:
+        print_table(view(data))
 
 
 def print_table(renderable: object) -> None:

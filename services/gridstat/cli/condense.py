@@ -35,16 +35,7 @@ from typing import Any
 
 import yaml
 
-from gridstat.cli.common import (
-    EXIT_CODES_HELP,
-    EXIT_OK,
-    add_common_arguments,
-    broker_stub,
-    call,
-    check_timeout,
-    guarded,
-    print_table,
-)
+from gridstat.cli import common
 from gridstat.cli.formatting import VALUE_KINDS, to_json
 from gridstat.condensation.filters import ValueFilter
 from gridstat.condensation.spec import CondensationSpec, spec_from_mapping
@@ -241,7 +232,7 @@ def functions_view(items: list[dict[str, Any]]) -> Any:
 
 # -- commands -----------------------------------------------------------------------------------------
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.epilog = EXIT_CODES_HELP
+    p.epilog = common.EXIT_CODES_HELP
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
 
     create = actions.add_parser("create", help="have the leaf broker place and run a function in a router")
@@ -250,15 +241,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     create.add_argument("--id", default="", dest="function_id", metavar="ID",
                         help="function id (default: the document's, else assigned by the broker)")
     create.add_argument("--router", default="", metavar="ROUTER", help="place it on this router")
-    add_common_arguments(create)
+    common.add_common_arguments(create)
 
     ls = actions.add_parser("list", help="the broker's functions with their routers' counters")
-    add_common_arguments(ls)
+    common.add_common_arguments(ls)
 
     rm = actions.add_parser("remove", help="remove a function (only its creator may)")
     rm.add_argument("function_id", metavar="FUNCTION_ID")
     rm.add_argument("--creator", required=True, metavar="NAME")
-    add_common_arguments(rm)
+    common.add_common_arguments(rm)
 
     host = actions.add_parser("host", help="run a function in this process (the condensation host role)")
     host.add_argument("--edge", required=True, metavar="HOST:PORT",
@@ -276,49 +267,30 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     telemetry.add_arguments(host)
 
 
-def _print(items: list[dict[str, Any]], output: str) -> None:
-    if output == "json":
-        print(to_json(items))
-    else:
-        print_table(functions_view(items))
-
-
 def create(args: argparse.Namespace) -> int:
     doc = load_document(args.spec)
     creator = check_name(args.creator or doc.creator, what="creator")
     request = create_request(doc, creator=creator, function_id=args.function_id, placement_router=args.router)
-    timeout = check_timeout(args.timeout)
-    address, channel, stub = broker_stub(args)
-    with channel:
-        info = call(f"broker at {address}", functools.partial(stub.CreateCondensation, request,
-                                                              timeout=max(timeout, 10.0)), rejections=True)
-    _print([info_data(info)], args.output)
-    return EXIT_OK
+    info = common.broker_call(args, "CreateCondensation", request, min_timeout_s=10.0, rejections=True)
+    common.emit(args.output, [info_data(info)], functions_view)
+    return common.EXIT_OK
 
 
 def list_(args: argparse.Namespace) -> int:
-    timeout = check_timeout(args.timeout)
-    address, channel, stub = broker_stub(args)
-    with channel:
-        reply = call(f"broker at {address}", functools.partial(
-            stub.ListCondensations, bpb.ListCondensationsRequest(), timeout=timeout))
-    _print([info_data(f) for f in reply.functions], args.output)
-    return EXIT_OK
+    reply = common.broker_call(args, "ListCondensations", bpb.ListCondensationsRequest())
+    common.emit(args.output, [info_data(f) for f in reply.functions], functions_view)
+    return common.EXIT_OK
 
 
 def remove(args: argparse.Namespace) -> int:
-    timeout = check_timeout(args.timeout)
-    address, channel, stub = broker_stub(args)
-    with channel:
-        reply = call(f"broker at {address}", functools.partial(
-            stub.RemoveCondensation, bpb.RemoveCondensationRequest(function_id=args.function_id,
-                                                                   creator=args.creator), timeout=timeout))
+    reply = common.broker_call(args, "RemoveCondensation", bpb.RemoveCondensationRequest(function_id=args.function_id,
+                                                                                  creator=args.creator))
     if args.output == "json":
         print(to_json({"function_id": args.function_id, "subscriptions_removed": reply.subscriptions_removed}))
     else:
         print(f"removed condensation function {args.function_id} ({reply.subscriptions_removed} subscriptions "
               "removed)")
-    return EXIT_OK
+    return common.EXIT_OK
 
 
 def host(args: argparse.Namespace) -> int:
@@ -333,5 +305,5 @@ ACTIONS = {"create": create, "list": list_, "remove": remove, "host": host}
 
 
 def run(args: argparse.Namespace) -> int:
-    return guarded(f"condense {args.action}", functools.partial(ACTIONS[args.action], args),
+    return common.guarded(f"condense {args.action}", functools.partial(ACTIONS[args.action], args),
                    output=getattr(args, "output", None))

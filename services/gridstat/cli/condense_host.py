@@ -23,15 +23,13 @@ import contextlib
 import dataclasses
 import json
 import logging
-import signal
-import sys
 from typing import Any
 
 from gridstat.cli.condense import FunctionDoc
 from gridstat.client import Holder, PublicationHandle, Publisher, Subscriber, Subscription
 from gridstat.condensation import CondensationFunction, InputInfo, Output, calculators
-from gridstat.core import clock
-from gridstat.core.aio import create_guarded_task, exit_with_parent
+from gridstat.core import clock, serving
+from gridstat.core.aio import create_guarded_task
 from gridstat.core.model import TypeSpec
 from gridstat.core.tls import TlsFiles
 from gridstat.errors import GridStatError, ValidationError
@@ -167,10 +165,7 @@ async def _run(args: argparse.Namespace, doc: FunctionDoc) -> int:
             raise ValidationError("--tls-cert and --tls-key go together", field="tls_key")
         tls = TlsFiles(args.tls_cert, args.tls_key, args.tls_ca)
     host = CondensationHost(doc, args.edge, name=args.name, tls=tls, status_interval_s=args.status_interval_s)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    stop = serving.stop_signals()
     tel: telemetry.RoleTelemetry | None = None
     try:
         await host.start()
@@ -190,8 +185,4 @@ async def _run(args: argparse.Namespace, doc: FunctionDoc) -> int:
 
 
 def run(args: argparse.Namespace, doc: FunctionDoc) -> int:
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if args.exit_with_parent:
-        exit_with_parent()
-    return asyncio.run(_run(args, doc))
+    return serving.run(args, lambda: _run(args, doc), fast_loop=False)

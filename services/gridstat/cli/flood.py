@@ -15,22 +15,12 @@ import argparse
 import functools
 from typing import Any
 
-from gridstat.cli.common import (
-    EXIT_CODES_HELP,
-    EXIT_OK,
-    add_common_arguments,
-    broker_stub,
-    call,
-    check_timeout,
-    guarded,
-    print_table,
-)
-from gridstat.cli.formatting import to_json
+from gridstat.cli import common
 from gridstat.v1 import broker_pb2 as bpb
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.epilog = EXIT_CODES_HELP
+    p.epilog = common.EXIT_CODES_HELP
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     set_ = actions.add_parser("set", help="flood a variable to a level of the hierarchy in some modes")
     set_.add_argument("variable", metavar="VARIABLE", help="PUBLISHER/VARIABLE")
@@ -38,14 +28,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                       help="1 = the cloud, 2 = the clouds under its parent, ... (default: the broker's height)")
     set_.add_argument("--mode", type=int, nargs="+", action="extend", default=None, metavar="M",
                       help="operating modes 0..15 (default: the current mode)")
-    add_common_arguments(set_)
+    common.add_common_arguments(set_)
     rm = actions.add_parser("remove", help="stop this broker's flooding of a variable in some modes")
     rm.add_argument("variable", metavar="VARIABLE", help="PUBLISHER/VARIABLE")
     rm.add_argument("--mode", type=int, nargs="+", action="extend", default=None, metavar="M",
                     help="operating modes 0..15 (default: the current mode)")
-    add_common_arguments(rm)
+    common.add_common_arguments(rm)
     ls = actions.add_parser("list", help="the flooded variables, per mode, with the level and who set it")
-    add_common_arguments(ls)
+    common.add_common_arguments(ls)
 
 
 def flooding_data(reply: bpb.BrokerFloodingReply) -> list[dict[str, Any]]:
@@ -73,31 +63,25 @@ def flooding_view(rows: list[dict[str, Any]]) -> Any:
 
 
 def run_action(args: argparse.Namespace) -> int:
-    timeout = check_timeout(args.timeout)
-    address, channel, stub = broker_stub(args)
-    target = f"broker at {address}"
-    with channel:
-        reply: bpb.BrokerFloodingReply
-        if args.action == "list":
-            reply = call(target, functools.partial(stub.ListFlooding, bpb.ListFloodingRequest(), timeout=timeout))
-        elif args.action == "set":
-            reply = call(target, functools.partial(stub.SetFlooding, bpb.BrokerFloodingRequest(
-                variable=args.variable, level=args.level, modes=args.mode or []), timeout=timeout))
-        else:
-            reply = call(target, functools.partial(stub.RemoveFlooding, bpb.BrokerFloodingRequest(
-                variable=args.variable, modes=args.mode or []), timeout=timeout))
+    reply: bpb.BrokerFloodingReply
+    if args.action == "list":
+        reply = common.broker_call(args, "ListFlooding", bpb.ListFloodingRequest())
+    elif args.action == "set":
+        reply = common.broker_call(args, "SetFlooding", bpb.BrokerFloodingRequest(
+            variable=args.variable, level=args.level, modes=args.mode or []))
+    else:
+        reply = common.broker_call(args, "RemoveFlooding", bpb.BrokerFloodingRequest(
+            variable=args.variable, modes=args.mode or []))
     rows = flooding_data(reply)
-    if args.output == "json":
-        print(to_json(rows))
-    elif args.action == "remove" and not rows:
+    if args.output != "json" and args.action == "remove" and not rows:
         print(f"{args.variable} is no longer flooded")
     else:
-        print_table(flooding_view(rows))
-    return EXIT_OK
+        common.emit(args.output, rows, flooding_view)
+    return common.EXIT_OK
 
 
 def run(args: argparse.Namespace) -> int:
-    return guarded("flood", functools.partial(run_action, args), output=getattr(args, "output", None))
+    return common.guarded("flood", functools.partial(run_action, args), output=getattr(args, "output", None))
 
 
 __all__ = ["add_arguments", "flooding_data", "run"]

@@ -12,31 +12,23 @@ import argparse
 import functools
 from typing import Any
 
-from gridstat.cli.common import (
-    EXIT_CODES_HELP,
-    EXIT_OK,
-    add_common_arguments,
-    broker_stub,
-    call,
-    check_timeout,
-    guarded,
-)
+from gridstat.cli import common
 from gridstat.cli.formatting import to_json
 from gridstat.v1 import broker_pb2 as bpb
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.epilog = EXIT_CODES_HELP
+    p.epilog = common.EXIT_CODES_HELP
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     ls = actions.add_parser("list", help="the defined modes, the current one and subscriptions per mode")
-    add_common_arguments(ls)
+    common.add_common_arguments(ls)
     define = actions.add_parser("define", help="define (or rename) a mode: gridstat mode define 1 contingency")
     define.add_argument("mode", type=int, metavar="ID", help="0..15")
     define.add_argument("name", metavar="NAME")
-    add_common_arguments(define)
+    common.add_common_arguments(define)
     change = actions.add_parser("change", help="switch every cloud under the broker to a mode (name or id)")
     change.add_argument("target", metavar="MODE", help="a mode name or id")
-    add_common_arguments(change)
+    common.add_common_arguments(change)
 
 
 def modes_data(reply: bpb.ListModesReply) -> dict[str, Any]:
@@ -64,35 +56,28 @@ def change_lines(data: dict[str, Any]) -> list[str]:
 
 
 def run_action(args: argparse.Namespace) -> int:
-    timeout = check_timeout(args.timeout)
-    address, channel, stub = broker_stub(args)
-    target = f"broker at {address}"
-    with channel:
-        if args.action == "list":
-            data = modes_data(call(target, functools.partial(stub.ListModes, bpb.ListModesRequest(),
-                                                             timeout=timeout)))
-            if args.output == "json":
-                print(to_json(data))
-            else:
-                for m in data["modes"]:
-                    mark = "*" if m["current"] else " "
-                    print(f"{mark} {m['mode']:>2} {m['name']:<24} {m['subscriptions']:>7} subscriptions")
-                if data["changing"]:
-                    print("a mode change is running")
-            return EXIT_OK
-        if args.action == "define":
-            info = call(target, functools.partial(stub.DefineMode, bpb.DefineModeRequest(mode=args.mode,
-                                                                                        name=args.name),
-                                                  timeout=timeout))
-            print(to_json({"mode": info.mode, "name": info.name}) if args.output == "json"
-                  else f"mode {info.mode} is {info.name!r}")
-            return EXIT_OK
-        request = (bpb.ChangeModeRequest(mode=int(args.target)) if args.target.isdigit()
-                   else bpb.ChangeModeRequest(name=args.target))
-        data = change_data(call(target, functools.partial(stub.ChangeMode, request, timeout=timeout)))
-        print(to_json(data) if args.output == "json" else "\n".join(change_lines(data)))
-        return EXIT_OK
+    if args.action == "list":
+        data = modes_data(common.broker_call(args, "ListModes", bpb.ListModesRequest()))
+        if args.output == "json":
+            print(to_json(data))
+        else:
+            for m in data["modes"]:
+                mark = "*" if m["current"] else " "
+                print(f"{mark} {m['mode']:>2} {m['name']:<24} {m['subscriptions']:>7} subscriptions")
+            if data["changing"]:
+                print("a mode change is running")
+        return common.EXIT_OK
+    if args.action == "define":
+        info = common.broker_call(args, "DefineMode", bpb.DefineModeRequest(mode=args.mode, name=args.name))
+        print(to_json({"mode": info.mode, "name": info.name}) if args.output == "json"
+              else f"mode {info.mode} is {info.name!r}")
+        return common.EXIT_OK
+    request = (bpb.ChangeModeRequest(mode=int(args.target)) if args.target.isdigit()
+               else bpb.ChangeModeRequest(name=args.target))
+    data = change_data(common.broker_call(args, "ChangeMode", request))
+    print(to_json(data) if args.output == "json" else "\n".join(change_lines(data)))
+    return common.EXIT_OK
 
 
 def run(args: argparse.Namespace) -> int:
-    return guarded("mode", functools.partial(run_action, args), output=getattr(args, "output", None))
+    return common.guarded("mode", functools.partial(run_action, args), output=getattr(args, "output", None))

@@ -30,10 +30,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import logging
 import math
 import random
-import sys
 import time
 from typing import Any
 
@@ -49,8 +47,8 @@ from gridstat.cli.traffic import (
     tls_files,
 )
 from gridstat.client import EdgeSession, PublicationHandle, Publisher
-from gridstat.core import clock
-from gridstat.core.aio import install_fast_loop
+from gridstat.core import clock, serving
+from gridstat.core.aio import cancelled
 from gridstat.core.model import PRIORITY_LOW, StatusVariable
 from gridstat.core.tls import TlsFiles
 from gridstat.errors import GridStatError, ValidationError
@@ -215,13 +213,9 @@ async def _run(args: argparse.Namespace, names: list[str], tls: TlsFiles | None)
                 runner.emit(*stats(args, runner, pub, loop, full, final=False))
         await task
     finally:
-        follow.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await follow
+        await cancelled(follow)
         if not task.done():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancelled(task)
         runner.emit(*stats(args, runner, pub, loop, full, final=True))
         await pub.stop()
         await session.close()
@@ -229,8 +223,6 @@ async def _run(args: argparse.Namespace, names: list[str], tls: TlsFiles | None)
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     check_common(args, "publisher")
     names = parse_published_variables(args.variable)
     if args.interval_ms <= 0:
@@ -238,9 +230,4 @@ def run(args: argparse.Namespace) -> int:
     if not 0 <= args.priority <= PRIORITY_LOW:
         raise ValidationError(f"--priority must be 0..{PRIORITY_LOW}, not {args.priority}", field="priority")
     tls = tls_files(args)
-    if args.exit_with_parent:
-        from gridstat.core.aio import exit_with_parent
-
-        exit_with_parent()
-    install_fast_loop()
-    return asyncio.run(_run(args, names, tls))
+    return serving.run(args, lambda: _run(args, names, tls))

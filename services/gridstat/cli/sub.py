@@ -13,20 +13,7 @@ import functools
 
 import grpc
 
-from gridstat.cli.common import (
-    EXIT_CODES_HELP,
-    EXIT_OK,
-    EXIT_REJECTED,
-    RpcFailure,
-    add_common_arguments,
-    broker_stub,
-    call,
-    check_timeout,
-    failure_to_error,
-    guarded,
-    metadata_value,
-    print_table,
-)
+from gridstat.cli import common
 from gridstat.cli.formatting import (
     VALUE_KINDS,
     admission_data,
@@ -43,7 +30,7 @@ from gridstat.v1 import broker_pb2 as bpb
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.epilog = EXIT_CODES_HELP
+    p.epilog = common.EXIT_CODES_HELP
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
 
     add = actions.add_parser("add", help="subscribe a subscriber to a variable with QoS")
@@ -62,20 +49,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                      help="operating modes (0..15) with this QoS (default 0)")
     add.add_argument("--type", choices=list(VALUE_KINDS), default=None, dest="value_type",
                      help="expected value type, checked against the publication")
-    add_common_arguments(add)
+    common.add_common_arguments(add)
 
     ls = actions.add_parser("list", help="list the broker's subscriptions")
     ls.add_argument("--subscriber", default="", metavar="NAME", help="only this subscriber's")
-    add_common_arguments(ls)
+    common.add_common_arguments(ls)
 
     rm = actions.add_parser("rm", help="remove a subscription and its routes")
     rm.add_argument("subscription_id", metavar="SUBSCRIPTION_ID")
-    add_common_arguments(rm)
+    common.add_common_arguments(rm)
 
 
 def _print_rejection(data: dict[str, object], output: str) -> int:
     print(to_json(data) if output == "json" else "\n".join(rejection_lines(data)))
-    return EXIT_REJECTED
+    return common.EXIT_REJECTED
 
 
 def add(args: argparse.Namespace) -> int:
@@ -83,58 +70,42 @@ def add(args: argparse.Namespace) -> int:
                                interval_ms=args.interval_ms, latency_ms=args.latency_ms,
                                redundancy=args.redundancy, priority=args.priority, modes=args.mode or [0],
                                value_type=args.value_type, price=args.price, best_effort=args.best_effort)
-    timeout = check_timeout(args.timeout)
-    address, channel, stub = broker_stub(args)
+    timeout = common.check_timeout(args.timeout)
+    address, channel, stub = common.broker_stub(args)
     with channel:
         try:
             reply, rpc = stub.Subscribe.with_call(bpb.SubscribeRequest(subscription=sub), timeout=timeout)
         except grpc.RpcError as exc:
-            failure = RpcFailure.of(exc)
-            error = failure_to_error(failure, target=f"broker at {address}", rejections=True)
-            if error.exit_code != EXIT_REJECTED:
+            failure = common.RpcFailure.of(exc)
+            error = common.failure_to_error(failure, target=f"broker at {address}", rejections=True)
+            if error.exit_code != common.EXIT_REJECTED:
                 raise error from None
             return _print_rejection(rejection_data(error.reason, failure.message, failure.field), args.output)
     if not reply.admitted:
-        return _print_rejection(rejection_from_reply(reply, metadata_value(rpc.trailing_metadata(), "gridstat-reason")),
-                                args.output)
-    data = admission_data(reply)
-    if args.output == "json":
-        print(to_json(data))
-    else:
-        print_table(admission_view(data))
-    return EXIT_OK
+        reason = common.metadata_value(rpc.trailing_metadata(), "gridstat-reason")
+        return _print_rejection(rejection_from_reply(reply, reason), args.output)
+    common.emit(args.output, admission_data(reply), admission_view)
+    return common.EXIT_OK
 
 
 def list_(args: argparse.Namespace) -> int:
-    timeout = check_timeout(args.timeout)
-    address, channel, stub = broker_stub(args)
-    with channel:
-        reply = call(f"broker at {address}", functools.partial(
-            stub.ListSubscriptions, bpb.ListSubscriptionsRequest(subscriber=args.subscriber), timeout=timeout))
-    subs = subscriptions_data(reply)
-    if args.output == "json":
-        print(to_json(subs))
-    else:
-        print_table(subscriptions_view(subs))
-    return EXIT_OK
+    reply = common.broker_call(args, "ListSubscriptions", bpb.ListSubscriptionsRequest(subscriber=args.subscriber))
+    common.emit(args.output, subscriptions_data(reply), subscriptions_view)
+    return common.EXIT_OK
 
 
 def rm(args: argparse.Namespace) -> int:
-    timeout = check_timeout(args.timeout)
-    address, channel, stub = broker_stub(args)
-    with channel:
-        reply = call(f"broker at {address}", functools.partial(
-            stub.Unsubscribe, bpb.UnsubscribeRequest(subscription_id=args.subscription_id), timeout=timeout))
+    reply = common.broker_call(args, "Unsubscribe", bpb.UnsubscribeRequest(subscription_id=args.subscription_id))
     if args.output == "json":
         print(to_json({"subscription_id": args.subscription_id, "routes_removed": reply.routes_removed}))
     else:
         print(f"removed subscription {args.subscription_id} ({reply.routes_removed} routes removed)")
-    return EXIT_OK
+    return common.EXIT_OK
 
 
 ACTIONS = {"add": add, "list": list_, "rm": rm}
 
 
 def run(args: argparse.Namespace) -> int:
-    return guarded(f"sub {args.action}", functools.partial(ACTIONS[args.action], args),
+    return common.guarded(f"sub {args.action}", functools.partial(ACTIONS[args.action], args),
                    output=getattr(args, "output", None))

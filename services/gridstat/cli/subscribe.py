@@ -45,9 +45,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import logging
 import os
-import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -68,8 +66,8 @@ from gridstat.cli.traffic import (
 from gridstat.client import EdgeSession, Subscriber, SubscribeResult, Subscription
 from gridstat.client.extrapolation import ExtrapolationLike
 from gridstat.client.subscription import EventCallback, ViolationCallback
-from gridstat.core import clock, wire
-from gridstat.core.aio import create_guarded_task, install_fast_loop
+from gridstat.core import clock, serving, wire
+from gridstat.core.aio import cancelled, create_guarded_task
 from gridstat.core.model import PRIORITY_LOW, StatusVariable, split_variable_name
 from gridstat.core.tls import TlsFiles
 from gridstat.errors import DuplicateName, GridStatError, ValidationError
@@ -326,9 +324,7 @@ class SubscribeApp:
                 if period > 0:
                     runner.emit(*self.stats(final=False))
         finally:
-            refresher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await refresher
+            await cancelled(refresher)
             runner.emit(*self.stats(final=True))
             await self._close()
         return EXIT_OK
@@ -346,8 +342,6 @@ class SubscribeApp:
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     check_common(args, "subscriber")
     variables = parse_subscribed_variables(args.variable)
     for flag, value in (("--interval-ms", args.interval_ms), ("--latency-ms", args.latency_ms)):
@@ -361,9 +355,4 @@ def run(args: argparse.Namespace) -> int:
         raise ValidationError(f"--port must be 0..65535, not {args.port}", field="port")
     listen, advertise = listen_and_advertise(args.listen_host, args.advertise_host)
     tls = tls_files(args)
-    if args.exit_with_parent:
-        from gridstat.core.aio import exit_with_parent
-
-        exit_with_parent()
-    install_fast_loop()
-    return asyncio.run(SubscribeApp(args, variables, tls, listen, advertise).run())
+    return serving.run(args, SubscribeApp(args, variables, tls, listen, advertise).run)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Coroutine
 from typing import Any
@@ -30,6 +31,15 @@ def create_guarded_task(coro: Coroutine[Any, Any, None], *, name: str) -> asynci
 
     task.add_done_callback(_report)
     return task
+
+
+async def cancelled(task: asyncio.Task[Any] | None) -> None:
+    """Cancel ``task`` (if any, and not done) and wait until it has ended; its cancellation is not raised."""
+    if task is None:
+        return
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 def exit_with_parent(sig: int = 15) -> bool:

@@ -142,6 +142,9 @@ class DropReason(enum.Enum):
     #: replay window (section 5 of docs/wire-format.md).
     REPLAYED = "replayed"
     UNKNOWN_SENDER = "unknown_sender"
+    #: From a sender with no inbound channel while the router's channels are being set up (it started,
+    #: or a channel was added or removed, in the last SETTLE_MS): a neighbour whose channel is on its way.
+    SENDER_PENDING = "sender_pending"
     UNKNOWN_VARIABLE = "unknown_variable"
     FUTURE_TIMESTAMP = "future_timestamp"
     #: A later copy of a flooded event: only the first copy per timestamp is flooded (5.3.2).

@@ -48,6 +48,9 @@ _R_VERSION = DropReason.BAD_VERSION.value
 _R_KIND = DropReason.BAD_KIND.value
 _R_MALFORMED = DropReason.MALFORMED.value
 _R_SENDER = DropReason.UNKNOWN_SENDER.value
+_R_PENDING = DropReason.SENDER_PENDING.value
+#: How long after a start or a channel change an unknown sender counts as ``sender_pending``.
+SETTLE_MS = 2_000
 _R_VARIABLE = DropReason.UNKNOWN_VARIABLE.value
 _R_FUTURE = DropReason.FUTURE_TIMESTAMP.value
 _R_AUTH = DropReason.AUTH_FAILED.value
@@ -72,6 +75,14 @@ class Forwarder:
         self.events_forwarded = 0
         self.events_filtered = 0
         self.on_control: ControlHandler | None = None
+        #: Until this wall-clock time (ms) a datagram from an unknown sender is counted ``sender_pending``,
+        #: not ``unknown_sender``: the router started or its channels changed a moment ago, and a neighbour's
+        #: channel may be on its way (docs/wire-format.md, "Drop reasons"). See :meth:`settling`.
+        self.settling_until_ms = 0
+
+    def settling(self, now_ms: int) -> None:
+        """The router's channels change now (it started, or one was added or removed)."""
+        self.settling_until_ms = now_ms + SETTLE_MS
 
     def process(self, data: bytes, now_ms: int) -> None:
         """Forward one datagram's events into the channels' queues. Never raises on bad input."""
@@ -92,7 +103,7 @@ class Forwarder:
             return
         channel = self.by_sender.get(sender)
         if channel is None:
-            self.drops[_R_SENDER] += 1
+            self.drops[_R_SENDER if now_ms >= self.settling_until_ms else _R_PENDING] += 1
             return
         key = channel.key
         if key is not None:

@@ -193,6 +193,7 @@ class StatusRouter:
             return
         self._started = True
         self._loop = asyncio.get_running_loop()
+        self.forwarder.settling(time.time_ns() // 1_000_000)
         sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         for opt in (socket.SO_RCVBUF, socket.SO_SNDBUF):
             try:
@@ -523,6 +524,7 @@ class StatusRouter:
             ch.set_key(key)
         self.channels[name] = ch
         self.forwarder.by_sender[peer_id] = ch
+        self.forwarder.settling(time.time_ns() // 1_000_000)
         if address is not None:
             self._out.append(ch)
         self.flooding.channels_changed()
@@ -553,6 +555,7 @@ class StatusRouter:
         removed = self.table.remove_channel_routes(name)
         del self.channels[name]
         self.forwarder.by_sender.pop(ch.peer_id, None)
+        self.forwarder.settling(time.time_ns() // 1_000_000)
         if ch in self._out:
             self._out.remove(ch)
         if ch in self._shaped:

@@ -30,8 +30,8 @@ from gridstat.v1 import edge_pb2_grpc as epb_grpc
 log = logging.getLogger(__name__)
 
 #: Trailing metadata keys passed back from the broker (and set by the proxy itself).
-REASON_KEY = "gridstat-reason"
-FIELD_KEY = "gridstat-field"
+REASON_KEY = rpc.REASON_KEY
+FIELD_KEY = rpc.FIELD_KEY
 BROKER_UNAVAILABLE = "BrokerUnavailable"
 BROKER_TIMEOUT = "BrokerTimeout"
 
@@ -52,6 +52,16 @@ def _gridstat_metadata(exc: grpc.aio.AioRpcError) -> tuple[tuple[str, str], ...]
     """The broker's ``gridstat-*`` trailing metadata, in order (string values only)."""
     md = exc.trailing_metadata() or ()
     return tuple((str(k), str(v)) for k, v in md if str(k).startswith("gridstat-") and isinstance(v, str))
+
+
+def _relayed(method: str, doc: str = "") -> Callable[[EdgeProxyServicer, Any, Any], Awaitable[Any]]:
+    """An ``EdgeProxy`` method relaying ``method`` to the broker unchanged (``EdgeProxyServicer._relay``)."""
+    async def relay(self: EdgeProxyServicer, request: Any, context: Any) -> Any:
+        return await self._relay(method, request, context)
+
+    relay.__name__ = relay.__qualname__ = method
+    relay.__doc__ = doc or f"``{method}``, relayed to the leaf broker unchanged."
+    return relay
 
 
 class EdgeProxyServicer(epb_grpc.EdgeProxyServicer):
@@ -137,20 +147,10 @@ class EdgeProxyServicer(epb_grpc.EdgeProxyServicer):
         reply: bpb.RegisterClientReply = await self._relay("RegisterClient", request, context)
         return reply
 
-    async def UnregisterClient(self, request: bpb.UnregisterClientRequest,
-                               context: Any) -> bpb.UnregisterClientReply:
-        reply: bpb.UnregisterClientReply = await self._relay("UnregisterClient", request, context)
-        return reply
-
     async def RegisterPublication(self, request: bpb.RegisterPublicationRequest,
                                   context: Any) -> bpb.RegisterPublicationReply:
         request.publication.edge_router = self.router_name
         reply: bpb.RegisterPublicationReply = await self._relay("RegisterPublication", request, context)
-        return reply
-
-    async def UnregisterPublication(self, request: bpb.UnregisterPublicationRequest,
-                                    context: Any) -> bpb.UnregisterPublicationReply:
-        reply: bpb.UnregisterPublicationReply = await self._relay("UnregisterPublication", request, context)
         return reply
 
     async def Subscribe(self, request: bpb.SubscribeRequest, context: Any) -> bpb.SubscribeReply:
@@ -158,29 +158,16 @@ class EdgeProxyServicer(epb_grpc.EdgeProxyServicer):
         reply: bpb.SubscribeReply = await self._relay("Subscribe", request, context)
         return reply
 
-    async def Unsubscribe(self, request: bpb.UnsubscribeRequest, context: Any) -> bpb.UnsubscribeReply:
-        reply: bpb.UnsubscribeReply = await self._relay("Unsubscribe", request, context)
-        return reply
-
-    async def ChangeSubscription(self, request: bpb.ChangeSubscriptionRequest,
-                                 context: Any) -> bpb.SubscribeReply:
-        reply: bpb.SubscribeReply = await self._relay("ChangeSubscription", request, context)
-        return reply
-
-    async def ListSubscriptions(self, request: bpb.ListSubscriptionsRequest,
-                                context: Any) -> bpb.ListSubscriptionsReply:
-        reply: bpb.ListSubscriptionsReply = await self._relay("ListSubscriptions", request, context)
-        return reply
-
-    async def ListModes(self, request: bpb.ListModesRequest, context: Any) -> bpb.ListModesReply:
-        """The cloud's operating modes (dissertation 6.3), for clients subscribing per mode."""
-        reply: bpb.ListModesReply = await self._relay("ListModes", request, context)
-        return reply
-
-    async def SetFloodAll(self, request: bpb.SetFloodAllRequest, context: Any) -> bpb.BrokerFloodingReply:
-        """A flood-all subscription (dissertation 5.1): the broker sets the flag of the subscriber's channel."""
-        reply: bpb.BrokerFloodingReply = await self._relay("SetFloodAll", request, context)
-        return reply
+    # The calls that name no edge router go to the broker as they are.
+    UnregisterClient = _relayed("UnregisterClient")
+    UnregisterPublication = _relayed("UnregisterPublication")
+    Unsubscribe = _relayed("Unsubscribe")
+    ChangeSubscription = _relayed("ChangeSubscription")
+    ListSubscriptions = _relayed("ListSubscriptions")
+    ListModes = _relayed("ListModes", "The cloud's operating modes (dissertation 6.3), for clients subscribing "
+                                      "per mode.")
+    SetFloodAll = _relayed("SetFloodAll", "A flood-all subscription (dissertation 5.1): the broker sets the flag of "
+                                          "the subscriber's channel.")
 
 
 def _peer_host(context: Any) -> str:

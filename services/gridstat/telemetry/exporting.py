@@ -43,7 +43,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from gridstat.core.aio import create_guarded_task
+from gridstat.core.aio import cancelled, create_guarded_task
 from gridstat.errors import ValidationError
 
 from . import buffering, records
@@ -185,10 +185,7 @@ class TelemetryExporter:
         if self._started and self.stats.connected:
             with contextlib.suppress(FlushTimeout):
                 await self.flush(timeout_s)
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancelled(self._task)
         await self._close_producer()
         left = len(self._buffer)
         if left:

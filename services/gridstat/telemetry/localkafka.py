@@ -12,11 +12,13 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
 from typing import IO
+
+from gridstat.core.ports import free_port as free_port  # re-exported: the telemetry bench picks ports with it
+from gridstat.core.ports import port_answers
 
 from .errors import KafkaUnavailable, TelemetryError
 
@@ -28,18 +30,6 @@ def kafka_script() -> Path:
         raise TelemetryError(f"scripts/kafka.sh not found at {path}: run from a checkout or set "
                              "GRIDSTAT_KAFKA_SCRIPT", reason="KafkaScriptMissing")
     return path
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _answers(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(0.2)
-        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 class LocalKafka:
@@ -72,7 +62,7 @@ class LocalKafka:
             if self.proc.poll() is not None:
                 self.stop()
                 raise KafkaUnavailable(f"Kafka exited with {self.proc.returncode}; see {self.log_path}")
-            if _answers(self.port):
+            if port_answers(self.port):
                 return
             time.sleep(0.2)
         self.stop()

@@ -15,7 +15,7 @@ The names are listed in docs/telemetry.md; deploy/prometheus and deploy/grafana 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
@@ -24,6 +24,8 @@ from prometheus_client.registry import Collector
 from .exporting import ExporterStats, LossReason
 from .recording import BrokerRecorder
 from .sampling import SubscriberLike
+
+F = TypeVar("F", CounterMetricFamily, GaugeMetricFamily)
 
 #: Latency quantiles exported per subscription (from the subscriber's last 4096 samples).
 QUANTILES = (("0.5", 50.0), ("0.99", 99.0), ("0.999", 99.9))
@@ -35,6 +37,12 @@ def _counter(name: str, doc: str, labels: list[str]) -> CounterMetricFamily:
 
 def _gauge(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
     return GaugeMetricFamily(name, doc, labels=labels)
+
+
+def _one(family: F, labels: list[str], value: float) -> F:
+    """``family`` with its one sample: ``value`` under ``labels``."""
+    family.add_metric(labels, value)
+    return family
 
 
 class _Base(Collector):
@@ -63,23 +71,17 @@ class RouterCollector(_Base):
             ("gridstat_router_events_forwarded_total", "events_forwarded", "Event copies queued to next hops"),
             ("gridstat_router_events_filtered_total", "events_filtered", "Events held back by the rate filter"),
         ):
-            c = _counter(name, doc, ["router"])
-            c.add_metric([r], float(s.get(key, 0)))
-            yield c
-        cpu = _counter("gridstat_router_cpu_seconds_total", "CPU time of the router process", ["router"])
-        cpu.add_metric([r], float(s.get("cpu_seconds", 0.0)))
-        yield cpu
+            yield _one(_counter(name, doc, ["router"]), [r], float(s.get(key, 0)))
+        yield _one(_counter("gridstat_router_cpu_seconds_total", "CPU time of the router process", ["router"]), [r],
+                   float(s.get("cpu_seconds", 0.0)))
         for name, key, doc in (
             ("gridstat_router_uptime_seconds", "uptime_s", "Seconds since the router started"),
             ("gridstat_router_mode", "current_mode", "Current operating mode"),
             ("gridstat_router_table_version", "table_version", "Routing table version"),
         ):
-            g = _gauge(name, doc, ["router"])
-            g.add_metric([r], float(s.get(key, 0)))
-            yield g
-        flooded = _gauge("gridstat_router_flooded_variables", "Variables flooded through this router", ["router"])
-        flooded.add_metric([r], float(len(s.get("flooded_variables", ()) or ())))
-        yield flooded
+            yield _one(_gauge(name, doc, ["router"]), [r], float(s.get(key, 0)))
+        yield _one(_gauge("gridstat_router_flooded_variables", "Variables flooded through this router", ["router"]),
+                   [r], float(len(s.get("flooded_variables", ()) or ())))
         drops = _counter("gridstat_router_drops_total",
                          "Events or datagrams dropped, by channel (\"\" = before a channel is known) and reason",
                          ["router", "channel", "reason"])
@@ -121,36 +123,31 @@ class RouterCollector(_Base):
         yield from fams.values()
 
 
-class LeafBrokerCollector(_Base):
-    """``gridstat_broker_*`` of a leaf QoS broker (its ``state`` and the ``BrokerRecorder``)."""
-
+class _BrokerBase(_Base):
     def __init__(self, broker: Any, recorder: BrokerRecorder | None = None) -> None:
         self.broker = broker
         self.recorder = recorder
 
+
+class LeafBrokerCollector(_BrokerBase):
+    """``gridstat_broker_*`` of a leaf QoS broker (its ``state`` and the ``BrokerRecorder``)."""
+
     def collect(self) -> Iterator[Metric]:
         b = self.broker
         name = str(b.name)
-        yield from _broker_common(name, "leaf")
         st = b.state
-        subs = _gauge("gridstat_broker_subscriptions", "Subscriptions the broker holds", ["broker"])
-        subs.add_metric([name], float(len(st.subscriptions)))
-        yield subs
+        yield from _broker_metrics(name, "leaf", len(st.subscriptions), self.recorder)
         down = len(st.down & set(st.endpoints))
         routers = _gauge("gridstat_broker_routers", "Routers of the cloud, by state", ["broker", "state"])
         routers.add_metric([name, "up"], float(len(st.endpoints) - down))
         routers.add_metric([name, "down"], float(down))
         yield routers
-        mode = _gauge("gridstat_broker_mode", "Current operating mode of the cloud", ["broker"])
-        mode.add_metric([name], float(getattr(b, "current_mode", 0)))
-        yield mode
-        changing = _gauge("gridstat_broker_mode_changing", "1 while a mode change runs", ["broker"])
-        changing.add_metric([name], 1.0 if getattr(b, "mode_changing", False) else 0.0)
-        yield changing
-        rebuilds = _counter("gridstat_broker_router_rebuilds_total", "Restarted routers rebuilt from the state",
-                            ["broker"])
-        rebuilds.add_metric([name], float(getattr(b, "rebuilds", 0)))
-        yield rebuilds
+        yield _one(_gauge("gridstat_broker_mode", "Current operating mode of the cloud", ["broker"]), [name],
+                   float(getattr(b, "current_mode", 0)))
+        yield _one(_gauge("gridstat_broker_mode_changing", "1 while a mode change runs", ["broker"]), [name],
+                   1.0 if getattr(b, "mode_changing", False) else 0.0)
+        yield _one(_counter("gridstat_broker_router_rebuilds_total", "Restarted routers rebuilt from the state",
+                            ["broker"]), [name], float(getattr(b, "rebuilds", 0)))
         gate = getattr(b, "gate", None)  # broker.gate: the bound on concurrent admissions
         if gate is not None:
             busy = _counter("gridstat_broker_admissions_refused_busy_total",
@@ -159,39 +156,29 @@ class LeafBrokerCollector(_Base):
             for scope in ("global", "caller"):
                 busy.add_metric([name, scope], float(gate.refused[scope]))
             yield busy
-            flight = _gauge("gridstat_broker_admissions_in_flight", "Admissions the broker is working on",
-                            ["broker"])
-            flight.add_metric([name], float(gate.in_flight))
-            yield flight
-        if self.recorder is not None:
-            yield from _recorder_metrics(name, self.recorder)
+            yield _one(_gauge("gridstat_broker_admissions_in_flight", "Admissions the broker is working on",
+                              ["broker"]), [name], float(gate.in_flight))
 
 
-class ParentBrokerCollector(_Base):
+class ParentBrokerCollector(_BrokerBase):
     """``gridstat_broker_*`` of a parent QoS broker."""
-
-    def __init__(self, broker: Any, recorder: BrokerRecorder | None = None) -> None:
-        self.broker = broker
-        self.recorder = recorder
 
     def collect(self) -> Iterator[Metric]:
         b = self.broker
         name = str(b.name)
-        yield from _broker_common(name, "parent")
-        subs = _gauge("gridstat_broker_subscriptions", "Subscriptions the broker holds", ["broker"])
-        subs.add_metric([name], float(len(getattr(b, "subs", {}))))
-        yield subs
-        children = _gauge("gridstat_broker_child_brokers", "Child brokers below this parent", ["broker"])
-        children.add_metric([name], float(len(getattr(b, "children", {}))))
-        yield children
-        if self.recorder is not None:
-            yield from _recorder_metrics(name, self.recorder)
+        yield from _broker_metrics(name, "parent", len(getattr(b, "subs", {})), self.recorder)
+        yield _one(_gauge("gridstat_broker_child_brokers", "Child brokers below this parent", ["broker"]), [name],
+                   float(len(getattr(b, "children", {}))))
 
 
-def _broker_common(name: str, role: str) -> Iterator[Metric]:
-    info = _gauge("gridstat_broker_info", "A QoS broker (always 1), with its role", ["broker", "role"])
-    info.add_metric([name, role], 1)
-    yield info
+def _broker_metrics(name: str, role: str, subscriptions: int, recorder: BrokerRecorder | None) -> Iterator[Metric]:
+    """What every QoS broker reports: its role, the subscriptions it holds, its recorder's decisions."""
+    yield _one(_gauge("gridstat_broker_info", "A QoS broker (always 1), with its role", ["broker", "role"]),
+               [name, role], 1)
+    yield _one(_gauge("gridstat_broker_subscriptions", "Subscriptions the broker holds", ["broker"]), [name],
+               float(subscriptions))
+    if recorder is not None:
+        yield from _recorder_metrics(name, recorder)
 
 
 def _recorder_metrics(name: str, rec: BrokerRecorder) -> Iterator[Metric]:
@@ -201,10 +188,8 @@ def _recorder_metrics(name: str, rec: BrokerRecorder) -> Iterator[Metric]:
     for (decision, reason), n in rec.decisions.items():
         decisions.add_metric([name, decision, reason], float(n))
     yield decisions
-    secs = _counter("gridstat_broker_admission_seconds_total", "Time spent deciding and installing subscriptions",
-                    ["broker"])
-    secs.add_metric([name], rec.decision_seconds)
-    yield secs
+    yield _one(_counter("gridstat_broker_admission_seconds_total", "Time spent deciding and installing subscriptions",
+                        ["broker"]), [name], rec.decision_seconds)
     modes = _counter("gridstat_broker_mode_changes_total", "Mode changes, by outcome (committed, failed)",
                      ["broker", "outcome"])
     for outcome, n in rec.mode_changes.items():
@@ -237,9 +222,7 @@ class AdmissionCollector(_Base):
             ("gridstat_admission_covering_graph_nodes", "Nodes of the advertisements' covering graph",
              len(getattr(c, "graph", ()))),
         ):
-            g = _gauge(name, doc, ["admission"])
-            g.add_metric([n], float(value))
-            yield g
+            yield _one(_gauge(name, doc, ["admission"]), [n], float(value))
 
 
 class SubscriberCollector(_Base):
@@ -254,22 +237,18 @@ class SubscriberCollector(_Base):
     def collect(self) -> Iterator[Metric]:
         sub = self.subscriber
         n = sub.name
-        dg = _counter("gridstat_subscriber_datagrams_received_total", "Datagrams received", ["subscriber"])
-        dg.add_metric([n], float(self._datagrams()))
-        yield dg
-        ev = _counter("gridstat_subscriber_events_received_total", "Events received (before filtering)",
-                      ["subscriber"])
-        ev.add_metric([n], float(self._events()))
-        yield ev
+        yield _one(_counter("gridstat_subscriber_datagrams_received_total", "Datagrams received", ["subscriber"]),
+                   [n], float(self._datagrams()))
+        yield _one(_counter("gridstat_subscriber_events_received_total", "Events received (before filtering)",
+                            ["subscriber"]), [n], float(self._events()))
         drops = _counter("gridstat_subscriber_drops_total", "Datagrams or events not delivered, by reason",
                          ["subscriber", "reason"])
         for reason, k in dict(sub.stats.drops).items():
             drops.add_metric([n, str(reason)], float(k))
         drops.add_metric([n, "callback_error"], float(sub.stats.callback_errors))
         yield drops
-        mode = _gauge("gridstat_subscriber_mode", "The subscriber's current operating mode", ["subscriber"])
-        mode.add_metric([n], float(sub.current_mode))
-        yield mode
+        yield _one(_gauge("gridstat_subscriber_mode", "The subscriber's current operating mode", ["subscriber"]),
+                   [n], float(sub.current_mode))
         labels = ["subscriber", "variable"]
         counts = {
             "delivered": _counter("gridstat_subscription_events_delivered_total",
@@ -345,17 +324,13 @@ class ExporterCollector(_Base):
             ("gridstat_telemetry_kafka_connected", "1 while the exporter is connected to Kafka",
              1.0 if s.connected else 0.0),
         ):
-            g = _gauge(name, doc, labels)
-            g.add_metric(lv, value)
-            yield g
+            yield _one(_gauge(name, doc, labels), lv, value)
         for name, doc, value in (
             ("gridstat_telemetry_sent_bytes_total", "Encoded record bytes acknowledged (before compression)",
              float(s.bytes_sent)),
             ("gridstat_telemetry_export_gaps_total", "Kafka outages the exporter lived through", float(s.gaps)),
         ):
-            c = _counter(name, doc, labels)
-            c.add_metric(lv, value)
-            yield c
+            yield _one(_counter(name, doc, labels), lv, value)
 
 
 class TlsRefusalsCollector(_Base):

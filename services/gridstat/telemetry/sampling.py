@@ -15,14 +15,13 @@ the small ``Protocol``s below, never by importing them.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from gridstat.core.aio import create_guarded_task
+from gridstat.core.aio import cancelled, create_guarded_task
 
 from . import records
 from .records import TOPICS
@@ -324,10 +323,7 @@ class Reporter:
         if self._closed:
             return
         self._closed = True
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancelled(self._task)
         if final_pass:
             self.run_once()
 

@@ -19,18 +19,16 @@ from pathlib import Path
 import pytest
 import yaml
 
+from gridstat.core.ports import free_port
+
+from ..fixtures import environment
+
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 ROOT = Path(__file__).resolve().parents[3]
 IMAGE = os.environ.get("GRIDSTAT_IMAGE", "gridstat:dev")
 ENDPOINT = Path(__file__).with_name("endpoint.py")
 ROUTERS = [("e1", 1, "edge"), ("i1", 2, "internal"), ("i2", 3, "internal"), ("e2", 4, "edge")]
-
-
-def free_port(kind: int = socket.SOCK_STREAM) -> int:
-    with socket.socket(socket.AF_INET, kind) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -52,16 +50,8 @@ def docker_host() -> Iterator[str]:
             pytest.fail(message)
         pytest.skip(message)
     _remove_leftovers(url)
-    saved = {k: os.environ.get(k) for k in ("DOCKER_HOST", "TESTCONTAINERS_RYUK_DISABLED")}
-    os.environ.update(DOCKER_HOST=url, TESTCONTAINERS_RYUK_DISABLED="true")
-    try:
+    with environment(DOCKER_HOST=url, TESTCONTAINERS_RYUK_DISABLED="true"):
         yield url
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def _remove_leftovers(url: str) -> None:

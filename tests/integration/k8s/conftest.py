@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,6 +10,7 @@ from pathlib import Path
 import pytest
 from kopf.testing import KopfRunner
 
+from ..fixtures import environment
 from .grid import Grid, start_grid
 from .kube import Cluster, require_tools, start_cluster
 
@@ -34,21 +34,12 @@ def grid(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Grid]:
 def operator(cluster: Cluster, grid: Grid, *, extra_clouds: dict[str, str] | None = None) -> Iterator[KopfRunner]:
     """The operator in this process (kopf.testing.KopfRunner), all namespaces, no peering."""
     clouds = {"A": grid.address, **(extra_clouds or {})}
-    saved = {k: os.environ.get(k) for k in ("KUBECONFIG", "GRIDSTAT_BROKERS", "GRIDSTAT_DRIFT_CHECK_S",
-                                            "GRIDSTAT_BROKER_TIMEOUT_S")}
-    os.environ.update(KUBECONFIG=str(cluster.kubeconfig), GRIDSTAT_BROKERS=",".join(f"{c}={a}" for c, a in
-                                                                                      clouds.items()),
-                      GRIDSTAT_DRIFT_CHECK_S="10", GRIDSTAT_BROKER_TIMEOUT_S="3")
-    try:
-        with KopfRunner(["run", "--all-namespaces", "--standalone", "-m", "gridstat_operator.handlers"],
-                        timeout=60) as runner:
-            yield runner
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    with environment(KUBECONFIG=str(cluster.kubeconfig), GRIDSTAT_BROKERS=",".join(f"{c}={a}" for c, a in
+                                                                                    clouds.items()),
+                     GRIDSTAT_DRIFT_CHECK_S="10", GRIDSTAT_BROKER_TIMEOUT_S="3"), \
+            KopfRunner(["run", "--all-namespaces", "--standalone", "-m", "gridstat_operator.handlers"],
+                       timeout=60) as runner:
+        yield runner
 
 
 @pytest.fixture

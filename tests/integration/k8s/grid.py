@@ -4,70 +4,17 @@ test can stop it (the operator then sees an unavailable broker) and start it aga
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gridstat.core import wire
+from gridstat.chaos.diamond import LINKS, ROUTERS
 from gridstat.v1 import broker_pb2 as bpb
 
-from ..brokerprocs import BrokerProc, add_link, add_router, start_broker
+from ..brokerprocs import BrokerProc, add_link, add_router, register_publisher, register_subscriber, start_broker
+from ..fixtures import Feed, Sink
 from ..routerprocs import RouterProc, start_router
-from ..udpsink import UdpSink
 
-ROUTERS = [("e1", 1, "edge"), ("i1", 2, "internal"), ("i2", 3, "internal"), ("e2", 4, "edge")]
-LINKS = [("e1", "i1", 1.0), ("i1", "e2", 1.0), ("e1", "i2", 2.0), ("i2", "e2", 2.0)]
-FLOAT = bpb.ValueType(kind=bpb.VALUE_KIND_FLOAT)
 VARIABLES = ("freq", "volt", "angle")
-
-
-class Sink:
-    """The subscriber's socket: (variable id, timestamp) of every event received, from a thread."""
-
-    def __init__(self) -> None:
-        self.events: list[tuple[int, int]] = []
-        self.udp = UdpSink(lambda d, _: self.events.extend((e.variable_id, e.timestamp_ms) for e in d.events))
-
-    @property
-    def port(self) -> int:
-        return self.udp.port
-
-    def count(self, variable_id: int, since_ms: int = 0) -> int:
-        return sum(1 for v, ts in list(self.events) if v == variable_id and ts >= since_ms)
-
-    def close(self) -> None:
-        self.udp.close()
-
-
-class Feed:
-    """Publishes every variable every 10 ms (aligned timestamps) until stopped."""
-
-    def __init__(self, edge_port: int, sender: int, variables: list[int]) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.args = (edge_port, sender, variables)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        port, sender, variables = self.args
-        seq, last = 0, 0
-        while not self._stop.is_set():
-            now = time.time_ns() // 1_000_000
-            ts = now - now % 10
-            if ts > last:
-                seq += 1
-                evs = [wire.encode_event(wire.Event(ts, v, b"\0" * 8)) for v in variables]
-                self.sock.sendto(wire.encode_datagram(sender, seq, evs), ("127.0.0.1", port))
-                last = ts
-            time.sleep(0.002)
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=2)
-        self.sock.close()
 
 
 @dataclass
@@ -120,16 +67,10 @@ def start_grid(workdir: Path) -> Grid:
             add_router(broker, routers[name], role)
         for a, b, lat in LINKS:
             add_link(broker, a, b, latency_ms=lat)
-        pub = broker.stub.RegisterClient(bpb.RegisterClientRequest(
-            name="pmu1", kind=bpb.CLIENT_KIND_PUBLISHER, edge_router="e1", first_time=True), timeout=5)
-        broker.stub.RegisterClient(bpb.RegisterClientRequest(
-            name="ems", kind=bpb.CLIENT_KIND_SUBSCRIBER, edge_router="e2", host="127.0.0.1", port=sink.port,
-            first_time=True), timeout=5)
-        for v in VARIABLES:
-            reply = broker.stub.RegisterPublication(bpb.RegisterPublicationRequest(publication=bpb.Publication(
-                publisher="pmu1", variable=v, type=FLOAT, interval_ms=10, edge_router="e1")), timeout=5)
-            grid.variable_ids[v] = reply.publication.variable_id
-        grid.feed = Feed(routers["e1"].port, pub.client_id, list(grid.variable_ids.values()))
+        pub_id, ids = register_publisher(broker, "pmu1", "e1", VARIABLES)
+        register_subscriber(broker, "ems", "e2", sink.port)
+        grid.variable_ids.update(zip(VARIABLES, ids, strict=True))
+        grid.feed = Feed(routers["e1"].port, pub_id, ids)
     except Exception:
         grid.stop()
         raise

@@ -8,8 +8,6 @@ operator running under the chart's own ServiceAccount and Role, as two peered re
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -21,6 +19,9 @@ import pytest
 import yaml
 from kopf.testing import KopfRunner
 
+from gridstat.core import children
+
+from ..fixtures import environment
 from .grid import Grid
 from .kube import ROOT, Cluster, has_condition, require_tools
 from .manifests import subscription
@@ -643,12 +644,10 @@ def test_two_operator_replicas_under_the_charts_rbac_take_turns(
         [sys.executable, "-m", "gridstat_operator", "--namespace", release, "--peering", "rel-gridstat",
          "--liveness", "http://127.0.0.1:0/healthz"],
         env={**env, "GRIDSTAT_OPERATOR_PRIORITY": "1"}, stdout=log, stderr=subprocess.STDOUT)
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    os.environ["GRIDSTAT_OPERATOR_PRIORITY"] = "1000"
     try:
-        with KopfRunner(["run", "--namespace", release, "--peering", "rel-gridstat", "-m",
-                         "gridstat_operator.handlers"], timeout=60):
+        with environment(**env, GRIDSTAT_OPERATOR_PRIORITY="1000"), \
+                KopfRunner(["run", "--namespace", release, "--peering", "rel-gridstat", "-m",
+                            "gridstat_operator.handlers"], timeout=60):
             cluster.apply(subscription("first", release, variables=("pmu1/volt",)))
             cluster.wait_for("gsub", "first", release, has_condition("Ready", "True"), timeout_s=30, what="Ready")
             # both replicas announce themselves in the chart's KopfPeering; the lower priority one waits
@@ -664,18 +663,7 @@ def test_two_operator_replicas_under_the_charts_rbac_take_turns(
         cluster.kubectl("delete", "gsub", "first", "second", "-n", release, "--timeout=30s")
         assert grid.broker_subscriptions(f"k8s:{release}:") == []
     finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        os.environ.pop("GRIDSTAT_OPERATOR_PRIORITY", None)
-        standby.send_signal(signal.SIGTERM)
-        try:
-            standby.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            standby.kill()
-            standby.wait()
+        children.stop(standby, grace_s=20)
         log.close()
 
 

@@ -19,7 +19,7 @@ from gridstat.core.model import FLOAT, INT
 from gridstat.core.wire import DecodeError, DerivedValue, DropReason, Event
 from gridstat.errors import NotFound
 from gridstat.router.channels import ChannelKind, EventChannel
-from gridstat.router.forwarding import Forwarder
+from gridstat.router.forwarding import SETTLE_MS, Forwarder
 from gridstat.router.tables import Route, RoutingTable, Variant, select_close, select_sparse
 
 NOW = 1_700_000_000_000 - 1_700_000_000_000 % 3_600_000  # aligned to every interval used
@@ -230,6 +230,16 @@ def test_unknown_sender_does_not_touch_liveness_or_channel_stats() -> None:
     rig.fw.process(dgram(sender=12345), NOW)
     assert rig.fw.drops == Counter({"unknown_sender": 1})
     assert rig.pub.last_heard_ms == 0 and rig.pub.stats.datagrams_in == 0
+
+
+def test_an_unknown_sender_while_channels_are_set_up_is_a_pending_one() -> None:
+    """Within SETTLE_MS of a start or a channel change the drop is ``sender_pending`` (a neighbour whose
+    channel is on its way), after it ``unknown_sender``: a healthy start counts no unknown sender."""
+    rig = Rig()
+    rig.fw.settling(NOW)
+    rig.fw.process(dgram(sender=12345), NOW + SETTLE_MS - 1)
+    rig.fw.process(dgram(sender=12345), NOW + SETTLE_MS)
+    assert rig.fw.drops == Counter({"sender_pending": 1, "unknown_sender": 1})
 
 
 def test_reserved_flag_bits_and_options_are_forwarded_unchanged() -> None:

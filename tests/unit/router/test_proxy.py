@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -11,6 +10,7 @@ from typing import Any
 import grpc
 import pytest
 
+from gridstat.core.ports import free_port
 from gridstat.router.proxy import BROKER_UNAVAILABLE, EdgeProxyServicer, add_to_server
 from gridstat.v1 import broker_pb2 as bpb
 from gridstat.v1 import broker_pb2_grpc as bpb_grpc
@@ -157,14 +157,8 @@ async def test_slow_broker_gives_deadline_exceeded(rig: Rig) -> None:
     assert _md(info.value)["gridstat-reason"] == "BrokerTimeout"
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 async def test_broker_down_gives_unavailable_broker_unavailable_after_the_retries() -> None:
-    proxy = EdgeProxyServicer("edge1", f"127.0.0.1:{_free_port()}", deadline_s=1.0, backoff_base_s=0.01)
+    proxy = EdgeProxyServicer("edge1", f"127.0.0.1:{free_port()}", deadline_s=1.0, backoff_base_s=0.01)
     pserver, pport = await _server(lambda s: add_to_server(proxy, s))
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{pport}")
     try:

@@ -10,20 +10,13 @@ import argparse
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from gridstat.router.process import RouterConfig, StatusRouter
 from gridstat.telemetry import roles
 
-
-async def http_get(port: int, path: str) -> tuple[str, str]:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
-    await writer.drain()
-    data = (await reader.read()).decode()
-    writer.close()
-    head, _, body = data.partition("\r\n\r\n")
-    return head.splitlines()[0], body
+#: The ``http_get`` fixture (tests/conftest.py).
+HttpGet = Callable[[int, str], Awaitable[tuple[str, str]]]
 
 
 def telemetry_args(max_age_ms: int) -> argparse.Namespace:
@@ -50,7 +43,7 @@ async def served_router(max_age_ms: int = 200) -> AsyncIterator[tuple[StatusRout
         await router.stop()
 
 
-async def test_healthz_is_200_while_the_loop_runs_and_503_once_its_heartbeat_is_stale() -> None:
+async def test_healthz_is_200_while_the_loop_runs_and_503_once_its_heartbeat_is_stale(http_get: HttpGet) -> None:
     async with served_router() as (router, port):
         await asyncio.sleep(0.3)  # longer than the limit: a running loop keeps the heartbeat fresh
         status, body = await http_get(port, "/healthz")
@@ -89,7 +82,7 @@ async def test_a_blocked_loop_is_reported_once_it_runs_again_and_the_limit_is_at
     assert router.health(5.0) == (False, "router is not running")
 
 
-async def test_readyz_is_503_until_its_broker_has_installed_the_tables_of_this_boot() -> None:
+async def test_readyz_is_503_until_its_broker_has_installed_the_tables_of_this_boot(http_get: HttpGet) -> None:
     async with served_router() as (router, port):
         status, body = await http_get(port, "/readyz")
         assert status == "HTTP/1.1 503 Service Unavailable" and "waiting for its broker" in body, body

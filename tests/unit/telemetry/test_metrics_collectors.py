@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -10,6 +10,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gridstat.telemetry import MetricsServer
 from gridstat.telemetry.metrics import RouterCollector
+
+#: The ``http_get`` fixture (tests/conftest.py).
+HttpGet = Callable[[int, str], Awaitable[tuple[str, str]]]
 
 
 def stats() -> dict[str, Any]:
@@ -22,17 +25,7 @@ def stats() -> dict[str, Any]:
     }
 
 
-async def http_get(port: int, path: str) -> tuple[str, str]:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(f"GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n".encode())
-    await writer.drain()
-    data = (await reader.read()).decode()
-    writer.close()
-    head, _, body = data.partition("\r\n\r\n")
-    return head.splitlines()[0], body
-
-
-async def test_router_metrics_are_served_with_conventional_names() -> None:
+async def test_router_metrics_are_served_with_conventional_names(http_get: HttpGet) -> None:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(RouterCollector(stats, lambda: {"sub-ems": 4096}))
     server = MetricsServer(registry)

@@ -3,23 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 
 import pytest
 
+from gridstat.core.ports import free_port
 from gridstat.errors import ValidationError
 from gridstat.telemetry import ExporterConfig, LossReason, TelemetryClosed, TelemetryExporter
 
 
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])  # nothing listens here once the socket is closed
-
-
 def config(buffer_records: int = 10) -> ExporterConfig:
-    return ExporterConfig(bootstrap=f"127.0.0.1:{closed_port()}", role="router", source="e1",
+    # A port free when asked: nothing listens there.
+    return ExporterConfig(bootstrap=f"127.0.0.1:{free_port()}", role="router", source="e1",
                           buffer_records=buffer_records, request_timeout_ms=500)
 
 

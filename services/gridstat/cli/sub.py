@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import ipaddress
 
 import grpc
 
@@ -49,6 +50,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                      help="operating modes (0..15) with this QoS (default 0)")
     add.add_argument("--type", choices=list(VALUE_KINDS), default=None, dest="value_type",
                      help="expected value type, checked against the publication")
+    add.add_argument("--endpoint", default=None, metavar="IP:PORT", type=endpoint,
+                     help="register the subscriber at --edge first, its events sent over UDP to IP:PORT (a program "
+                          "of your own: docs/wire-format.md); an existing subscriber moves there")
     common.add_common_arguments(add)
 
     ls = actions.add_parser("list", help="list the broker's subscriptions")
@@ -58,6 +62,31 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     rm = actions.add_parser("rm", help="remove a subscription and its routes")
     rm.add_argument("subscription_id", metavar="SUBSCRIPTION_ID")
     common.add_common_arguments(rm)
+
+
+def endpoint(text: str) -> tuple[str, int]:
+    """``IP:PORT`` -> (ip, port): the address a router sends a subscriber's events to."""
+    host, sep, port = text.rpartition(":")
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: IP must be an IP address (routers send to it as given), "
+                                         "as in 127.0.0.1:9000") from None
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise argparse.ArgumentTypeError(f"{text!r}: PORT must be 1..65535, as in 127.0.0.1:9000")
+    return host, int(port)
+
+
+def _register(args: argparse.Namespace, stub: object, timeout: float) -> dict[str, object]:
+    """RegisterClient for ``--endpoint``: what the output says of the registration."""
+    host, port = args.endpoint
+    reply = stub.RegisterClient(bpb.RegisterClientRequest(  # type: ignore[attr-defined]
+        name=args.subscriber, kind=bpb.CLIENT_KIND_SUBSCRIBER, edge_router=args.edge, host=host, port=port,
+        first_time=False), timeout=timeout)
+    return {"subscriber": args.subscriber, "edge_router": args.edge, "endpoint": f"{host}:{port}",
+            "client_id": reply.client_id, "edge_router_id": reply.edge_router_id,
+            # The key of the subscriber's event channel (docs/security.md): the endpoint verifies tags with it.
+            "channel_key_hex": reply.channel_key.hex()}
 
 
 def _print_rejection(data: dict[str, object], output: str) -> int:
@@ -72,8 +101,11 @@ def add(args: argparse.Namespace) -> int:
                                value_type=args.value_type, price=args.price, best_effort=args.best_effort)
     timeout = common.check_timeout(args.timeout)
     address, channel, stub = common.broker_stub(args)
+    registered: dict[str, object] | None = None
     with channel:
         try:
+            if args.endpoint is not None:
+                registered = _register(args, stub, timeout)
             reply, rpc = stub.Subscribe.with_call(bpb.SubscribeRequest(subscription=sub), timeout=timeout)
         except grpc.RpcError as exc:
             failure = common.RpcFailure.of(exc)
@@ -84,7 +116,15 @@ def add(args: argparse.Namespace) -> int:
     if not reply.admitted:
         reason = common.metadata_value(rpc.trailing_metadata(), "gridstat-reason")
         return _print_rejection(rejection_from_reply(reply, reason), args.output)
-    common.emit(args.output, admission_data(reply), admission_view)
+    data = admission_data(reply)
+    if registered is not None:
+        data["registered"] = registered
+        if args.output != "json":
+            key = "; its events are authenticated: -o json shows the channel key" if registered["channel_key_hex"] \
+                else ""
+            print(f"registered subscriber {args.subscriber} at {args.edge}: events to {registered['endpoint']} "
+                  f"from sender id {registered['edge_router_id']}{key}")
+    common.emit(args.output, data, admission_view)
     return common.EXIT_OK
 
 

@@ -148,6 +148,18 @@ class LeafBrokerCollector(_BrokerBase):
                    1.0 if getattr(b, "mode_changing", False) else 0.0)
         yield _one(_counter("gridstat_broker_router_rebuilds_total", "Restarted routers rebuilt from the state",
                             ["broker"]), [name], float(getattr(b, "rebuilds", 0)))
+        healing = getattr(b, "healing", None)  # broker.healing (docs/redundancy.md, "Healing")
+        if healing is not None:
+            yield _one(_counter("gridstat_broker_paths_replanned_total",
+                                "Subscriptions re-planned around a failed router or channel", ["broker"]), [name],
+                       float(healing.repaired))
+            yield _one(_gauge("gridstat_broker_subscriptions_unrepaired",
+                              "Subscriptions left on a broken path (no replacement path)", ["broker"]), [name],
+                       float(len(healing.unrepaired)))
+            last = healing.last
+            yield _one(_gauge("gridstat_broker_last_replan_seconds",
+                              "Time of the last re-planning pass (planning and the routers' transaction)",
+                              ["broker"]), [name], float(last.took_s) if last is not None else 0.0)
         gate = getattr(b, "gate", None)  # broker.gate: the bound on concurrent admissions
         if gate is not None:
             busy = _counter("gridstat_broker_admissions_refused_busy_total",
@@ -254,6 +266,11 @@ class SubscriberCollector(_Base):
             "delivered": _counter("gridstat_subscription_events_delivered_total",
                                   "Events delivered to the application", labels),
             "gaps": _counter("gridstat_subscription_gaps_total", "Expected timestamps never delivered", labels),
+            # gaps = lost + unpublished (docs/wire-format.md 3.4: the publisher's SKIPPED note).
+            "lost": _counter("gridstat_subscription_lost_total",
+                             "Expected timestamps published but lost on the way", labels),
+            "unpublished": _counter("gridstat_subscription_unpublished_total",
+                                    "Expected timestamps the publisher never published (it skipped them)", labels),
             "duplicates": _counter("gridstat_subscription_duplicates_total",
                                    "Redundant copies dropped (disjoint paths)", labels),
             "violations": _counter("gridstat_subscription_violations_total",

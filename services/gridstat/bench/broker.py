@@ -121,6 +121,18 @@ def read_until(proc: subprocess.Popen[str], last: str, timeout_s: float) -> list
     raise RuntimeError(f"process {proc.args!r} not ready within {timeout_s} s")
 
 
+async def add_channels(stub: Any, topology: Topology) -> None:
+    """AddChannel for every link of a generated topology (both directions in one call)."""
+    seen = set()
+    for c in topology.channels.values():
+        if (c.dst, c.src) in seen:
+            continue
+        seen.add((c.src, c.dst))
+        await stub.AddChannel(bpb.AddTopologyChannelRequest(channel=bpb.TopologyChannel(
+            a=c.src, b=c.dst, bandwidth_bps=int(c.bandwidth_bps), latency_ms=c.latency_ms,
+            both_directions=True)), timeout=30)
+
+
 async def _install(w: Workload, broker_port: int, farm: dict[str, tuple[int, int]], concurrency: int,
                    log: Callable[[str], None], procs: list[subprocess.Popen[str]]) -> dict[str, Any]:
     async with grpc.aio.insecure_channel(f"127.0.0.1:{broker_port}") as channel:
@@ -131,14 +143,7 @@ async def _install(w: Workload, broker_port: int, farm: dict[str, tuple[int, int
             await stub.AddRouter(bpb.AddRouterRequest(router=bpb.RouterInfo(
                 name=r.name, role=r.role.value, capacity_eps=int(r.capacity_eps), router_id=i + 1,
                 control_address=f"127.0.0.1:{control}", event_address=f"127.0.0.1:{port}")), timeout=30)
-        seen = set()
-        for c in w.topology.channels.values():
-            if (c.dst, c.src) in seen:
-                continue
-            seen.add((c.src, c.dst))
-            await stub.AddChannel(bpb.AddTopologyChannelRequest(channel=bpb.TopologyChannel(
-                a=c.src, b=c.dst, bandwidth_bps=int(c.bandwidth_bps), latency_ms=c.latency_ms,
-                both_directions=True)), timeout=30)
+        await add_channels(stub, w.topology)
         for i, (edge, pub) in enumerate(w.variables):
             await stub.RegisterClient(bpb.RegisterClientRequest(name=f"p{i}", kind=bpb.CLIENT_KIND_PUBLISHER,
                                                                 edge_router=edge, first_time=True), timeout=30)

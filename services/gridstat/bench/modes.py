@@ -31,7 +31,7 @@ from typing import Any
 
 import grpc
 
-from gridstat.bench.broker import _spawn, read_until, stop_all
+from gridstat.bench.broker import _spawn, add_channels, read_until, stop_all
 from gridstat.broker.generate import edge_routers, random_cloud
 from gridstat.broker.topology import Topology
 from gridstat.core import wire
@@ -157,14 +157,7 @@ async def _load_cloud(stub: Any, cloud: Cloud, n_subs: int, rng: random.Random, 
             name=r.name, role=r.role.value, capacity_eps=int(r.capacity_eps),
             router_id=cloud.router_id_base + i + 1,
             control_address=f"127.0.0.1:{control}", event_address=f"127.0.0.1:{port}")), timeout=30)
-    seen = set()
-    for c in topo.channels.values():
-        if (c.dst, c.src) in seen:
-            continue
-        seen.add((c.src, c.dst))
-        await stub.AddChannel(bpb.AddTopologyChannelRequest(channel=bpb.TopologyChannel(
-            a=c.src, b=c.dst, bandwidth_bps=int(c.bandwidth_bps), latency_ms=c.latency_ms,
-            both_directions=True)), timeout=30)
+    await add_channels(stub, topo)
     await stub.DefineMode(bpb.DefineModeRequest(mode=1, name="contingency"), timeout=30)
     edges = edge_routers(topo)
     n_vars = max(50, n_subs // 5)

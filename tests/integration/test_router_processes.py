@@ -146,7 +146,9 @@ def test_garbage_under_traffic_is_counted_and_the_stream_is_untouched() -> None:
         assert [ts - base for _, ts in got] == [10 * t for t in range(50)]
         stats = g.stub.GetStats(pb.GetStatsRequest(), timeout=5)
         drops = dict(stats.drops)
-        assert drops["truncated"] >= 150 and drops["bad_version"] == 50 and drops["unknown_sender"] >= 100
+        # An unknown sender right after the channels were set up counts as sender_pending (docs/wire-format.md).
+        unknown = drops.get("unknown_sender", 0) + drops.get("sender_pending", 0)
+        assert drops["truncated"] >= 150 and drops["bad_version"] == 50 and unknown >= 100
         assert g.proc.poll() is None
         junk.close()
     ends.close()

@@ -14,6 +14,8 @@ echo "== setup: installing gridstat and its tools into .venv" >&2
 [ -x .venv/bin/python ] || "$python" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
 # [spark]: pyspark for spark/ and its tests (PyPI serves a ~450 MB sdist; pip caches the wheel it builds).
+# [dev]: the test tools, among them synchrophasor (pypmu, a pre-release, pinned in services/constraints.txt):
+# the C37.118 codec's tests compare frames with it (tests/unit/gateways).
 .venv/bin/pip install -q -c services/constraints.txt -e "services[dev,spark]"
 # The Kubernetes operator (operator/, distribution gridstat-operator: kopf) beside it.
 .venv/bin/pip install -q -c services/constraints.txt -e operator

@@ -27,3 +27,21 @@ def test_wire_and_forwarder_survive_fuzzing(tmp_path: Path) -> None:
     tail = (proc.stdout + proc.stderr)[-4000:]
     assert proc.returncode == 0, f"fuzzer found a crash (exit {proc.returncode}):\n{tail}"
     assert "Done" in proc.stderr or "DONE" in proc.stderr, tail
+
+
+C37118_HARNESS = Path(__file__).with_name("fuzz_c37118.py")
+
+
+def test_c37118_codec_survives_fuzzing(tmp_path: Path) -> None:
+    # The C37.118 codec (gridstat.gateways.c37118): every frame type and the stream API, bounded like the above.
+    corpus = tmp_path / "corpus"
+    subprocess.run([sys.executable, str(C37118_HARNESS), "--write-seeds", str(corpus)], check=True, timeout=60)
+    assert len(list(corpus.iterdir())) >= 10
+    proc = subprocess.run(
+        [sys.executable, str(C37118_HARNESS), "-runs=50000", "-max_total_time=30", "-max_len=4096",
+         f"-artifact_prefix={tmp_path}/", str(corpus)],
+        capture_output=True, text=True, timeout=110, cwd=tmp_path,
+    )
+    tail = (proc.stdout + proc.stderr)[-4000:]
+    assert proc.returncode == 0, f"fuzzer found a crash (exit {proc.returncode}):\n{tail}"
+    assert "Done" in proc.stderr or "DONE" in proc.stderr, tail

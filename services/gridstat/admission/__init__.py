@@ -5,6 +5,8 @@ covering graph and Theorem 1's requirement interval; ``admitting`` the hop-by-ho
 CPU, bandwidth and memory with the two criteria; ``service`` and ``main`` the gRPC role
 (``gridstat admission``). The first three are pure and I/O-free. docs/admission.md explains the
 mapping onto GridStat's per-variable subscriptions.
+
+Layer: runtime (the README's layout table; ``.importlinter`` keeps it from importing any tool).
 """
 
 from gridstat.admission.admitting import AdmissionController, Bound, Decision, Hop, HopVerdict, Policy

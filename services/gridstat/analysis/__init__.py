@@ -7,4 +7,6 @@ analyze``), ``plotting`` (PNG, needs matplotlib) and ``live`` / ``live_broker`` 
 ``live_routing`` (a live run of broker processes for ``gridstat analyze --live``, measured
 against the model by ``spark/model_validation.py``). Nothing here runs on the data plane:
 roles do not import it; the CLI and the benchmarks do. See ``docs/analysis.md``.
+
+Layer: a tool over the runtime, shipped with it (the README's layout table; ``.importlinter``).
 """

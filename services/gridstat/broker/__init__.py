@@ -18,4 +18,6 @@ The brokers that run it are front objects over parts that own their state: :mod:
 one :mod:`.cloud` and its parts (:mod:`.admitting`, :mod:`.modes`, :mod:`.flooding`,
 :mod:`.condensing`, :mod:`.segments`), served by :mod:`.service`; :mod:`.parent_service` above
 the leaves (docs/management-plane.md, "Inside a broker").
+
+Layer: runtime (the README's layout table; ``.importlinter`` keeps it from importing any tool).
 """

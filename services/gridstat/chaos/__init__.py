@@ -6,4 +6,6 @@ host where needed) as child processes, drives traffic through them,
 injects the scenario's fault (kill -9, SIGSTOP/SIGCONT, restart at the same ports, an impaired
 event channel) and prints a table of invariants, each with what was expected and what was seen.
 Every loop is bounded in count and time; every child is reaped.
+
+Layer: a tool over the runtime, shipped with it (the README's layout table; ``.importlinter``).
 """

@@ -5,6 +5,8 @@ offers GridStat's three subscriber models (2.1.5): a pull holder, a push callbac
 QoS-violation callback, plus snapshot groups of in-phase variables and extrapolation of missed
 values (2.2.2). Variable ids come from ``gridstat.core.model.VariableRegistry``; until the brokers
 exist the caller installs routes.
+
+Layer: runtime (the README's layout table; ``.importlinter`` keeps it from importing any tool).
 """
 
 from gridstat.client.extrapolation import Extrapolation, register_extrapolation, unregister_extrapolation

@@ -12,6 +12,8 @@ and ``calculators`` are the modules of the pipeline (built-in calculators and th
 it. Its hosts are a status router's slot (``gridstat.router.condensation``, placed by the
 leaf broker, ``gridstat.broker.condensing``) and the standalone condensation host role
 (``gridstat condense host``, ``gridstat.cli.condense``).
+
+Layer: runtime (the README's layout table; ``.importlinter`` keeps it from importing any tool).
 """
 
 from gridstat.condensation.calculators import (

@@ -1,1 +1,4 @@
-"""The model, the wire format and the pure forwarding algorithms (no I/O)."""
+"""The model, the wire format and the pure forwarding algorithms (no I/O).
+
+Layer: runtime (the README's layout table; ``.importlinter`` keeps it from importing any tool).
+"""

@@ -8,4 +8,6 @@ handlers), ``triggers`` (Algorithm 2's BandwidthViolated: measured ``R(s)`` agai
 subscriptions take the overlay, relay plans) and ``relays`` (UDP relay peers forwarding
 GridStat datagrams, and the timer that raises BandwidthViolated on them). Hard-guaranteed
 subscriptions never use any of it: they stay on router paths. See ``docs/granularity.md``.
+
+Layer: a tool over the runtime, shipped with it (the README's layout table; ``.importlinter``).
 """

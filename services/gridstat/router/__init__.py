@@ -1,1 +1,4 @@
-"""The status router: routing tables, event channels and the forwarding process."""
+"""The status router: routing tables, event channels and the forwarding process.
+
+Layer: runtime (the README's layout table; ``.importlinter`` keeps it from importing any tool).
+"""

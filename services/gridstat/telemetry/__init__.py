@@ -13,6 +13,8 @@ Public surface (docs/telemetry.md):
 
 The package sits below the roles (.importlinter): it knows them only through Protocols, and
 it is the only package that imports aiokafka and prometheus_client.
+
+Layer: runtime (the README's layout table; ``.importlinter`` keeps it from importing any tool).
 """
 
 from __future__ import annotations

@@ -168,7 +168,8 @@ def router_down_long(seconds: float) -> Outcome:
         got = sink.timestamps(c.variable_id)
         out.check("path re-planned over i2", f"<= {HEAL_BOUND_S:.1f} s from the kill", fmt_s(healed_s),
                   healed_s <= HEAL_BOUND_S)
-        out.check(f"i1 rebuilt after {down_s:.0f} s down", "<= 1 s from its READY line (it announces itself)",
+        out.check("i1 rebuilt after its long outage", f"down {down_s:g} s; back <= 1 s from its READY line "
+                  "(it announces itself)",
                   fmt_s(rebuild), rebuild <= 1.0)
         lost, expected = count_lost(sent, got, since=min(healed) if healed else None)
         out.check("no loss from the re-planned path on, through i1's return", "0 lost", f"{lost} lost of {expected}",

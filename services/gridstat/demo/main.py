@@ -309,7 +309,8 @@ class Runner:
         if self.telemetry is not None:  # --kafka / --metrics: samples of every subscription; the archive
             await self._until_stopped(self.telemetry.attach(
                 [ep.subscriber for ep in self.subscriptions if ep.subscriber is not None], t.publishers,
-                {name: rp.control_address for name, rp in self.routers.items()}, self._client_tls))
+                {name: rp.control_address for name, rp in self.routers.items()}, self._client_tls,
+                [pe.publisher for pe in self.publishers if pe.publisher is not None]))
         wanted = {ep.spec.variable for ep in self.subscriptions if ep.admitted}
         wanted |= self.telemetry.archived if self.telemetry is not None else set()
         sending = sum(p.start_sending(wanted) for p in self.publishers)

@@ -19,7 +19,7 @@ import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from gridstat.client import Subscriber, SubscriptionRejected
+from gridstat.client import Publisher, Subscriber, SubscriptionRejected
 from gridstat.core.children import parse_ready
 from gridstat.core.tls import TlsFiles
 from gridstat.demo import topology as topo
@@ -79,12 +79,16 @@ class DemoTelemetry:
 
     async def attach(self, subscribers: Iterable[Subscriber], publishers: Iterable[topo.Publisher],
                      edge_control: dict[str, str],
-                     tls_of: Callable[[str], TlsFiles | None] = lambda name: None) -> None:
-        """Export the subscribers' samples; with Kafka, archive every published variable (one subscriber
-        ``archive-<edge>`` per edge router, with ``tls_of(name)``: its certificate, or None for plaintext)."""
+                     tls_of: Callable[[str], TlsFiles | None] = lambda name: None,
+                     sdk_publishers: Iterable[Publisher] = ()) -> None:
+        """Export the subscribers' samples and the publishers' metrics; with Kafka, archive every published
+        variable (one subscriber ``archive-<edge>`` per edge router, with ``tls_of(name)``: its certificate,
+        or None for plaintext)."""
         assert self.tel is not None
         for sub in subscribers:
             roles.add_subscriber(self.tel, sub)
+        for pub in sdk_publishers:
+            roles.add_publisher(self.tel, pub)
         if self.tel.exporter is not None:
             self.archive = Archiver(self.tel.exporter)
             by_edge: dict[str, list[topo.Variable]] = {}

@@ -237,6 +237,26 @@ class AdmissionCollector(_Base):
             yield _one(_gauge(name, doc, ["admission"]), [n], float(value))
 
 
+class PublisherCollector(_Base):
+    """``gridstat_publisher_*`` of a ``client.Publisher``: what it sent, what it could not, and the
+    instants of its periodic variables it skipped (docs/wire-format.md 3.4)."""
+
+    def __init__(self, publisher: Any) -> None:
+        self.publisher = publisher
+
+    def collect(self) -> Iterator[Metric]:
+        n = str(self.publisher.name)
+        st = self.publisher.stats
+        yield _one(_counter("gridstat_publisher_events_published_total", "Events handed to the socket",
+                            ["publisher"]), [n], float(st.published))
+        yield _one(_counter("gridstat_publisher_events_dropped_total",
+                            "Events lost to a full socket buffer or a send error", ["publisher"]), [n],
+                   float(st.dropped))
+        yield _one(_counter("gridstat_publisher_instants_skipped_total",
+                            "Instants of periodic variables never published (a late wake-up); the next events "
+                            "say which", ["publisher"]), [n], float(st.skipped))
+
+
 class SubscriberCollector(_Base):
     """``gridstat_subscriber_*`` and ``gridstat_subscription_*`` of a ``client.Subscriber``."""
 

@@ -194,6 +194,11 @@ def for_condensation_host(host: Any, args: argparse.Namespace) -> RoleTelemetry:
     return tel
 
 
+def add_publisher(tel: RoleTelemetry, publisher: Any) -> None:
+    """Add a ``client.Publisher``'s metrics (sent, dropped, skipped instants) to a process's telemetry."""
+    tel.add_collector(metrics.PublisherCollector(publisher))
+
+
 def add_subscriber(tel: RoleTelemetry, subscriber: SubscriberLike) -> None:
     """Add a ``client.Subscriber``'s delivery samples and metrics to a process's telemetry."""
     tel.add_sampler(SubscriberSampler(subscriber))

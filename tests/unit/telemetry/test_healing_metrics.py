@@ -1,4 +1,5 @@
-"""The leaf broker's healing in its metrics (docs/telemetry.md, docs/redundancy.md "Healing")."""
+"""Healing and skipped instants in the metrics (docs/telemetry.md; docs/redundancy.md "Healing";
+docs/wire-format.md 3.4)."""
 
 from __future__ import annotations
 
@@ -22,3 +23,17 @@ def test_replanned_unrepaired_and_the_last_pass_are_exported(tmp_path: Path) -> 
         assert samples["gridstat_broker_last_replan_seconds"] == 0.75
     finally:
         broker.store.close()
+
+
+def test_a_publisher_exports_what_it_sent_dropped_and_skipped() -> None:
+    from gridstat.client import Publisher
+    from gridstat.core.model import FLOAT, StatusVariable
+    from gridstat.telemetry.metrics import PublisherCollector
+
+    pub = Publisher("pmu1", 11, ("127.0.0.1", 9))
+    handle = pub.variable(StatusVariable("pmu1", "freq", FLOAT, 10, variable_id=7))
+    for ts in (1000, 1010, 1050):  # 1020, 1030 and 1040 skipped
+        handle.encode(60.0, ts)
+    samples = {s.name: s.value for family in PublisherCollector(pub).collect() for s in family.samples}
+    assert samples["gridstat_publisher_instants_skipped_total"] == 3
+    assert samples["gridstat_publisher_events_published_total"] == 0  # encoded, never sent

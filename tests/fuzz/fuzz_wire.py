@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import sys
 from collections import Counter
-from pathlib import Path
 
 import atheris
 
@@ -145,21 +144,7 @@ def seeds() -> list[bytes]:
     return out
 
 
-def write_seeds(directory: Path) -> None:
-    directory.mkdir(parents=True, exist_ok=True)
-    for n, data in enumerate(seeds()):
-        (directory / f"seed-{n}").write_bytes(data)
-
-
-def main(argv: list[str]) -> None:
-    if len(argv) == 3 and argv[1] == "--write-seeds":
-        write_seeds(Path(argv[2]))
-        return
-    for data in seeds():  # sanity: the seeds themselves pass
-        TestOneInput(data)
-    atheris.Setup(argv, TestOneInput)
-    atheris.Fuzz()
-
-
 if __name__ == "__main__":
-    main(sys.argv)
+    from atheris_main import run  # this directory is on the path of a script run from it
+
+    run(sys.argv, seeds, TestOneInput)

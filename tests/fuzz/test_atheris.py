@@ -1,4 +1,4 @@
-"""Runs the atheris harness (tests/fuzz/fuzz_wire.py) for a bounded number of inputs."""
+"""Runs the atheris harnesses (tests/fuzz/fuzz_wire.py, fuzz_c37118.py) for a bounded number of inputs."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-HARNESS = Path(__file__).with_name("fuzz_wire.py")
+import pytest
 
 
 def test_atheris_is_installed() -> None:
@@ -15,30 +15,17 @@ def test_atheris_is_installed() -> None:
     assert importlib.util.find_spec("atheris") is not None, "atheris is missing: pip install 'gridstat[fuzz]'"
 
 
-def test_wire_and_forwarder_survive_fuzzing(tmp_path: Path) -> None:
+@pytest.mark.parametrize("harness, min_seeds, runs, seconds", [
+    ("fuzz_wire.py", 5, 50_000, 30),     # the wire parser and the forwarder
+    ("fuzz_c37118.py", 10, 20_000, 15),  # the C37.118 codec: every frame type, the stream API
+])
+def test_parsers_survive_fuzzing(tmp_path: Path, harness: str, min_seeds: int, runs: int, seconds: int) -> None:
+    script = Path(__file__).with_name(harness)
     corpus = tmp_path / "corpus"
-    subprocess.run([sys.executable, str(HARNESS), "--write-seeds", str(corpus)], check=True, timeout=60)
-    assert len(list(corpus.iterdir())) >= 5
+    subprocess.run([sys.executable, str(script), "--write-seeds", str(corpus)], check=True, timeout=60)
+    assert len(list(corpus.iterdir())) >= min_seeds
     proc = subprocess.run(
-        [sys.executable, str(HARNESS), "-runs=50000", "-max_total_time=30", "-max_len=4096",
-         f"-artifact_prefix={tmp_path}/", str(corpus)],
-        capture_output=True, text=True, timeout=110, cwd=tmp_path,
-    )
-    tail = (proc.stdout + proc.stderr)[-4000:]
-    assert proc.returncode == 0, f"fuzzer found a crash (exit {proc.returncode}):\n{tail}"
-    assert "Done" in proc.stderr or "DONE" in proc.stderr, tail
-
-
-C37118_HARNESS = Path(__file__).with_name("fuzz_c37118.py")
-
-
-def test_c37118_codec_survives_fuzzing(tmp_path: Path) -> None:
-    # The C37.118 codec (gridstat.gateways.c37118): every frame type and the stream API, bounded like the above.
-    corpus = tmp_path / "corpus"
-    subprocess.run([sys.executable, str(C37118_HARNESS), "--write-seeds", str(corpus)], check=True, timeout=60)
-    assert len(list(corpus.iterdir())) >= 10
-    proc = subprocess.run(
-        [sys.executable, str(C37118_HARNESS), "-runs=20000", "-max_total_time=15", "-max_len=4096",
+        [sys.executable, str(script), f"-runs={runs}", f"-max_total_time={seconds}", "-max_len=4096",
          f"-artifact_prefix={tmp_path}/", str(corpus)],
         capture_output=True, text=True, timeout=110, cwd=tmp_path,
     )

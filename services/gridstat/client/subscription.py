@@ -353,7 +353,12 @@ class Subscription:
             return
         interval = self.interval_ms = self._rounded(self.mode_intervals[mode])
         if self._periodic:
-            self._expected = (now_ms // interval + 1) * interval
+            # Publishers stamp the nearest instant, up to half an interval ahead of the wall clock:
+            # an event already received for the first instant after ``now_ms`` is not expected again.
+            expected = (now_ms // interval + 1) * interval
+            if self._last_real is not None:
+                expected = max(expected, next_expected_ts(self._last_real, self.pub_interval_ms, interval))
+            self._expected = expected
 
     def _rounded(self, interval_ms: int) -> int:
         return filtering.round_down_interval(interval_ms, self.pub_interval_ms)

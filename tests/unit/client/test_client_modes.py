@@ -52,6 +52,19 @@ def test_no_violation_during_a_change_then_the_new_modes_interval_and_membership
     assert s.stats.mode_notices == 2
 
 
+def test_an_instant_received_ahead_of_the_commit_is_not_expected_again() -> None:
+    # Publishers stamp the nearest instant, so the event for 1120 can arrive at 1116, before the
+    # commit at 1117; the next event, 1160, is then on time, not a gap after 1120.
+    s, both, _, bad, _ = make()
+    s.process(events(1000), 1001)
+    s.process(notice(wire.MODE_PREPARE, 1, 0), 1002)
+    s.process(events(1120), 1116)
+    s.process(notice(wire.MODE_COMMIT, 1, 0), 1117)
+    assert both.expected_ts_ms == 1160
+    s.process(events(1160), 1157)
+    assert bad == [] and both.stats.violations == 0
+
+
 def test_the_filter_accepts_either_modes_phases_during_the_change() -> None:
     s, both, _, _, _ = make()
     both.mode_intervals = {0: 40, 1: 20}

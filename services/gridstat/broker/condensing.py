@@ -432,7 +432,8 @@ class CondensationCoordinator:
                 qos = ModeQoS(mode, inp.interval_ms, inp.latency_ms)
                 admitted.append(st.admit_path(inp.subscription_id, channel, inp.variable, inp.variable_id,
                                               inp.pub_interval_ms, inp.alert, [qos], inp.publisher_router, router,
-                                              exit_channel=channel))
+                                              exit_channel=channel,
+                                              frames_per_s=st.registry.lookup(inp.variable).frames_per_s))
             var = st.registry.register(out.publisher, out.variable, out.type, interval_ms=out.interval_ms,
                                        priority=out.priority, alert=out.alert, min_interval_ms=out.min_interval_ms)
             client = existing

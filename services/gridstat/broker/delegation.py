@@ -135,6 +135,10 @@ class InterSub:
     pub_cloud: str
     type: bytes = b""
     held: list[Held] = field(default_factory=list)
+    #: The publication's frame rate (0 = a period of ``pub_interval_ms``; docs/frame-rates.md) and
+    #: attributes, as the publishing cloud resolved them.
+    frames_per_s: int = 0
+    attributes: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -158,9 +162,11 @@ class InterSub:
             routers = [r for h in mine for r in h.routers]
             latency = sum(h.latency_ms for h in mine)
             allocations.append(pb.Allocation(mode=q["mode"], paths=[pb.Path(routers=routers, latency_ms=latency)],
-                                             interval_ms=granted_interval_ms(q["interval_ms"], self.pub_interval_ms)))
+                                             interval_ms=granted_interval_ms(q["interval_ms"], self.pub_interval_ms,
+                                                                             self.frames_per_s)))
         return pb.SubscribeReply(admitted=True, subscription=sub, variable_id=self.variable_id,
-                                 pub_interval_ms=self.pub_interval_ms, allocations=allocations)
+                                 pub_interval_ms=self.pub_interval_ms, allocations=allocations,
+                                 frames_per_s=self.frames_per_s, attributes=self.attributes)
 
 
 async def reserve_pieces(peers: Peers, child_address: dict[str, str], child_clouds: dict[str, frozenset[str]],
@@ -178,7 +184,8 @@ async def reserve_pieces(peers: Peers, child_address: dict[str, str], child_clou
         reply = await peers(child_address[child]).segments.ReserveSegment(pb.ReserveSegmentRequest(
             key=held.key(sid), kind=_KIND_PB[s.kind], from_router=s.from_router, to_router=s.to_router,
             next_channel=s.next_channel, variable_id=sub.variable_id, pub_interval_ms=sub.pub_interval_ms,
-            qos=qos_pb(q), latency_budget_ms=s.budget_ms, ttl_ms=SEGMENT_TTL_MS, variable=sub.variable),
+            qos=qos_pb(q), latency_budget_ms=s.budget_ms, ttl_ms=SEGMENT_TTL_MS, variable=sub.variable,
+            frames_per_s=sub.frames_per_s),
             timeout=RPC_TIMEOUT_S)
         if not reply.reserved:
             raise Rejected(reply.rejection)
@@ -198,7 +205,7 @@ async def reserve_pieces(peers: Peers, child_address: dict[str, str], child_clou
         reply = await peers(child_address[owner]).segments.ReserveSegment(pb.ReserveSegmentRequest(
             key=held.key(sid), kind=pb.SEGMENT_KIND_CHANNEL, from_router=h.src_router, to_router=h.dst_router,
             variable_id=sub.variable_id, pub_interval_ms=sub.pub_interval_ms, qos=qos_pb(q),
-            ttl_ms=SEGMENT_TTL_MS, variable=sub.variable), timeout=RPC_TIMEOUT_S)
+            ttl_ms=SEGMENT_TTL_MS, variable=sub.variable, frames_per_s=sub.frames_per_s), timeout=RPC_TIMEOUT_S)
         if not reply.reserved:
             raise Rejected(reply.rejection)
         return held

@@ -13,8 +13,9 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from gridstat.broker.flooding import FloodingHolder
+from gridstat.core import protoconv
 from gridstat.core.model import StatusVariable
-from gridstat.core.protoconv import priority_of, type_from_pb, type_to_pb
+from gridstat.core.protoconv import publication_to_pb, type_from_pb
 from gridstat.errors import ValidationError
 from gridstat.v1 import broker_pb2 as pb
 
@@ -24,9 +25,7 @@ if TYPE_CHECKING:
 
 def publication_pb(holder: FloodingHolder) -> pb.Publication:
     v = holder.var
-    return pb.Publication(publisher=v.publisher, variable=v.name, type=type_to_pb(v.type), interval_ms=v.interval_ms,
-                          priority=v.priority, alert=v.alert, min_interval_ms=v.min_interval_ms,
-                          variable_id=v.variable_id, cloud=holder.cloud)
+    return publication_to_pb(v, cloud=holder.cloud)
 
 
 def entries_pb(holders: Iterable[FloodingHolder]) -> list[pb.FloodingEntry]:
@@ -45,8 +44,7 @@ def publication_from_pb(p: pb.Publication) -> StatusVariable:
     if t is None or not p.variable_id:
         raise ValidationError("a parent's flooding request carries the publication with its type and id",
                               field="publication")
-    return StatusVariable(p.publisher, p.variable, t, p.interval_ms, priority_of(p), p.alert, p.min_interval_ms,
-                          variable_id=p.variable_id)
+    return protoconv.publication_from_pb(p, t)
 
 
 class FloodingHandlers:

@@ -40,7 +40,8 @@ class RouterUnavailable(ChannelUnavailable):
 def route_pb(d: DesiredRoute) -> pb.Route:
     return pb.Route(route_id=d.route_id, variable_id=d.variable_id, mode=d.mode, channel=d.channel,
                     sub_interval_ms=d.sub_interval_ms, priority=d.priority, pub_interval_ms=d.pub_interval_ms,
-                    alert=d.alert, version=d.version, price=d.price, best_effort=d.best_effort)
+                    alert=d.alert, version=d.version, price=d.price, best_effort=d.best_effort,
+                    frames_per_s=d.frames_per_s)
 
 
 def route_key(d: DesiredRoute | pb.Route) -> tuple[str, int, int]:
@@ -223,8 +224,9 @@ async def reconcile(link: RouterLink, channels: Iterable[DesiredChannel], routes
     install = [r for k, r in want.items()
                if k not in current or (current[k].channel, current[k].sub_interval_ms, current[k].priority,
                                        current[k].pub_interval_ms, current[k].price if current[k].HasField("price")
-                                       else 1.0, current[k].best_effort)
-               != (r.channel, r.sub_interval_ms, r.priority, r.pub_interval_ms, r.price, r.best_effort)]
+                                       else 1.0, current[k].best_effort, current[k].frames_per_s)
+               != (r.channel, r.sub_interval_ms, r.priority, r.pub_interval_ms, r.price, r.best_effort,
+                   r.frames_per_s)]
     remove = [k for k in current if k not in want]
     if install or remove:
         await apply_transaction({link.name: link}, {link.name: RouterChange(tuple(install), tuple(remove))})

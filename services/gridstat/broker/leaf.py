@@ -30,7 +30,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from gridstat.broker import installer
@@ -496,7 +496,8 @@ class LeafBroker:
 
     async def register_publication(self, publisher: str, variable: str, type_spec: TypeSpec, *, interval_ms: int,
                                    priority: int, alert: bool = False, min_interval_ms: int = 0,
-                                   edge_router: str, max_rate_eps: float | None = None) -> StatusVariable:
+                                   edge_router: str, max_rate_eps: float | None = None, frames_per_s: int = 0,
+                                   attributes: Mapping[str, str] | None = None) -> StatusVariable:
         """Register a publication; ``max_rate_eps`` is its advertised maximum rate (default: its interval's)."""
         st = self.state
         async with self.cloud.lock:
@@ -506,9 +507,10 @@ class LeafBroker:
                                    f"{edge_router!r}", field="edge_router")
             if max_rate_eps is not None:  # a negative or absurd rate is refused before anything changes
                 advertised_rate(StatusVariable(publisher, variable, type_spec, interval_ms, priority, alert,
-                                               min_interval_ms), max_rate_eps)
+                                               min_interval_ms, frames_per_s=frames_per_s), max_rate_eps)
             var = st.registry.register(publisher, variable, type_spec, interval_ms=interval_ms,
-                                       priority=priority, alert=alert, min_interval_ms=min_interval_ms)
+                                       priority=priority, alert=alert, min_interval_ms=min_interval_ms,
+                                       frames_per_s=frames_per_s, attributes=attributes)
             doc = var_to_json(var)
             if max_rate_eps is not None:
                 self.cloud.max_rates[var.full_name] = doc["max_rate_eps"] = advertised_rate(var, max_rate_eps)

@@ -222,7 +222,7 @@ class ParentBroker:
             plan.check_redundancy(q.redundancy)
         sub = InterSub(s.subscription_id, s.subscriber, s.variable, s.cloud, s.edge_router,
                        [asdict(q) for q in qos], pub.variable_id, pub.interval_ms, pub.cloud,
-                       pub.type.SerializeToString())
+                       pub.type.SerializeToString(), frames_per_s=pub.frames_per_s, attributes=dict(pub.attributes))
         async with self.lock:
             try:
                 for q in qos:

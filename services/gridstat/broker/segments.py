@@ -93,7 +93,7 @@ class SegmentCoordinator:
 
     async def reserve(self, sid: str, kind: str, *, from_router: str, to_router: str, next_channel: str,
                       variable: str, variable_id: int, pub_interval_ms: int, qos: ModeQoS,
-                      ttl_ms: int = 10_000) -> SubscriptionRecord:
+                      ttl_ms: int = 10_000, frames_per_s: int = 0) -> SubscriptionRecord:
         """Reserve one cloud's piece of an inter-cloud path; nothing reaches the routers before commit."""
         async with self.cloud.lock:
             st = self.cloud.state
@@ -113,7 +113,8 @@ class SegmentCoordinator:
             else:
                 subscriber, exit_channel = f"segment.{sid}", next_channel
             record = st.admit_path(sid, subscriber, variable, variable_id, pub_interval_ms, False, (qos,),
-                                   from_router, to_router, exit_channel=exit_channel, segment=True)
+                                   from_router, to_router, exit_channel=exit_channel, segment=True,
+                                   frames_per_s=frames_per_s)
             self.pending[sid] = time.monotonic() + max(ttl_ms, 1) / 1000
             return record
 

@@ -32,7 +32,7 @@ from gridstat.broker.state import ForeignChannel, ModeQoS, RouterEndpoint, Subsc
 from gridstat.broker.topology import RouterRole
 from gridstat.core import rpc, wire
 from gridstat.core.filtering import granted_interval_ms
-from gridstat.core.protoconv import priority_of, type_from_pb, type_to_pb
+from gridstat.core.protoconv import priority_of, publication_to_pb, type_from_pb, type_to_pb
 from gridstat.errors import (
     ChannelUnavailable,
     GridStatError,
@@ -78,13 +78,18 @@ def record_to_reply(broker: LeafBroker, r: SubscriptionRecord) -> pb.SubscribeRe
                           qos=[pb.ModeQoS(mode=q.mode, interval_ms=q.interval_ms, latency_ms=int(q.latency_ms),
                                           redundancy=q.redundancy, priority=q.priority, price=q.price,
                                           best_effort=q.best_effort or r.best_effort) for q in r.qos])
-    granted = {q.mode: granted_interval_ms(q.interval_ms, r.pub_interval_ms) for q in r.qos}
+    granted = {q.mode: granted_interval_ms(q.interval_ms, r.pub_interval_ms, r.frames_per_s) for q in r.qos}
     allocations = [pb.Allocation(mode=mode, paths=[pb.Path(routers=list(p.routers), latency_ms=p.latency_ms,
                                                            redundant_index=i) for i, p in enumerate(paths)],
                                  interval_ms=granted.get(mode, 0))
                    for mode, paths in r.paths]
+    try:
+        attributes = dict(broker.state.registry.by_id(r.variable_id).attributes)
+    except UnknownVariable:
+        attributes = {}
     return pb.SubscribeReply(admitted=True, subscription=sub, variable_id=r.variable_id,
-                             pub_interval_ms=r.pub_interval_ms, allocations=allocations)
+                             pub_interval_ms=r.pub_interval_ms, allocations=allocations,
+                             frames_per_s=r.frames_per_s, attributes=attributes)
 
 
 async def bounded(broker: LeafBroker, context: Any, declared: str, call: Callable[[], Awaitable[T]]) -> T:
@@ -140,17 +145,15 @@ class QoSBrokerServicer(pb_grpc.QoSBrokerServicer):
             var = await self.broker.register_publication(
                 p.publisher, p.variable, t, interval_ms=p.interval_ms, priority=priority_of(p), alert=p.alert,
                 min_interval_ms=p.min_interval_ms, edge_router=p.edge_router,
-                max_rate_eps=p.max_rate_eps if p.HasField("max_rate_eps") else None)
+                max_rate_eps=p.max_rate_eps if p.HasField("max_rate_eps") else None,
+                frames_per_s=p.frames_per_s, attributes=dict(p.attributes))
             return pb.RegisterPublicationReply(publication=self._publication(var.full_name))
         return await rpc.guarded(context, call)
 
     def _publication(self, full_name: str) -> pb.Publication:
         v = self.broker.state.registry.lookup(full_name)
         edge = self.broker.state.clients.get(("publisher", v.publisher))
-        out = pb.Publication(publisher=v.publisher, variable=v.name, type=type_to_pb(v.type),
-                             interval_ms=v.interval_ms, priority=v.priority, alert=v.alert,
-                             min_interval_ms=v.min_interval_ms, variable_id=v.variable_id,
-                             edge_router=edge.edge_router if edge else "")
+        out = publication_to_pb(v, edge_router=edge.edge_router if edge else "")
         rate = self.broker.cloud.max_rates.get(full_name)
         if rate is not None:
             out.max_rate_eps = rate
@@ -393,7 +396,7 @@ class SegmentsServicer(pb_grpc.SegmentsServicer):
                     segment_id(k.subscription_id, k.mode, k.redundant_index), kind, from_router=request.from_router,
                     to_router=request.to_router, next_channel=request.next_channel, variable=request.variable,
                     variable_id=request.variable_id, pub_interval_ms=request.pub_interval_ms, qos=qos,
-                    ttl_ms=request.ttl_ms or 10_000)
+                    ttl_ms=request.ttl_ms or 10_000, frames_per_s=request.frames_per_s)
             except ADMISSION_ERRORS as exc:
                 return pb.ReserveSegmentReply(reserved=False, rejection=rejection(exc))
             (_, paths), = record.paths
@@ -416,8 +419,5 @@ class SegmentsServicer(pb_grpc.SegmentsServicer):
     async def ResolveVariable(self, request: pb.ResolveVariableRequest, context: Any) -> pb.RegisterPublicationReply:
         async def call() -> pb.RegisterPublicationReply:
             var, edge = self.broker.segments.resolve_variable(request.variable)
-            return pb.RegisterPublicationReply(publication=pb.Publication(
-                publisher=var.publisher, variable=var.name, type=type_to_pb(var.type), interval_ms=var.interval_ms,
-                priority=var.priority, alert=var.alert, min_interval_ms=var.min_interval_ms,
-                variable_id=var.variable_id, edge_router=edge))
+            return pb.RegisterPublicationReply(publication=publication_to_pb(var, edge_router=edge))
         return await rpc.guarded(context, call)

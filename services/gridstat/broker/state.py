@@ -33,6 +33,7 @@ from gridstat.broker.paths import Path, Usable
 from gridstat.broker.rejections import NoFeasiblePath
 from gridstat.broker.resources import SUBSCRIBER_CHANNEL_PREFIX, Reservations
 from gridstat.broker.topology import Channel, RouterRole, Topology
+from gridstat.core import filtering
 from gridstat.core.model import MAX_MODES, StatusVariable, VariableRegistry
 from gridstat.errors import DuplicateName, GridStatError, NotFound, Unauthorized, ValidationError
 
@@ -153,6 +154,9 @@ class SubscriptionRecord:
     #: (docs/redundancy.md, "Multi-homed clients"); empty for a single one.
     publisher_routers: tuple[str, ...] = ()
     subscriber_routers: tuple[str, ...] = ()
+    #: The variable's frame rate (0 = a period of ``pub_interval_ms``): intervals are whole frames
+    #: (docs/frame-rates.md).
+    frames_per_s: int = 0
 
     def reserved_last_channel(self, router: str) -> str:
         """The last hop's resource at ``router`` as reservations name it (``SubscriptionRequest.last_channel``)."""
@@ -205,6 +209,7 @@ class DesiredRoute:
     version: int
     price: float = 1.0
     best_effort: bool = False
+    frames_per_s: int = 0
 
 
 @dataclass
@@ -315,7 +320,7 @@ class CloudState:
         sinks = self.subscriber_edges(subscriber, edge_router)
         return self.admit_path(subscription_id, subscriber, var.full_name, var.variable_id,
                                var.effective_interval_ms, var.alert, qos, publisher.edge_router, sinks[0],
-                               from_routers=publisher.edge_routers, to_routers=sinks)
+                               from_routers=publisher.edge_routers, to_routers=sinks, frames_per_s=var.frames_per_s)
 
     def subscriber_edges(self, subscriber: str, edge_router: str) -> tuple[str, ...]:
         """Where a subscription of ``subscriber`` made at ``edge_router`` ends: every edge router of a
@@ -328,12 +333,16 @@ class CloudState:
     def admit_path(self, subscription_id: str, subscriber: str, variable: str, variable_id: int,
                    pub_interval_ms: int, alert: bool, qos: Iterable[ModeQoS], from_router: str, to_router: str,
                    *, exit_channel: str = "", segment: bool = False, from_routers: tuple[str, ...] = (),
-                   to_routers: tuple[str, ...] = ()) -> SubscriptionRecord:
+                   to_routers: tuple[str, ...] = (), frames_per_s: int = 0) -> SubscriptionRecord:
         """Admit paths from ``from_router`` to ``to_router`` (a subscription, or an inter-cloud segment);
-        ``from_routers``/``to_routers``: every edge router of a multi-homed end, that one first."""
+        ``from_routers``/``to_routers``: every edge router of a multi-homed end, that one first.
+        At a frame rate (``frames_per_s``) the intervals are rounded to whole frames first."""
         from_routers = from_routers if len(from_routers) > 1 else ()
         to_routers = to_routers if len(to_routers) > 1 else ()
         qos = tuple(qos)
+        if frames_per_s:
+            qos = tuple(replace(q, interval_ms=filtering.round_down_interval(
+                q.interval_ms, pub_interval_ms, frames_per_s)) if q.interval_ms > 0 else q for q in qos)
         if not qos:
             raise ValidationError("a subscription needs QoS for at least one mode", field="qos")
         if len({q.mode for q in qos}) != len(qos):
@@ -357,7 +366,7 @@ class CloudState:
         record = SubscriptionRecord(
             subscription_id, subscriber, variable, variable_id, pub_interval_ms, alert, to_router, from_router, qos,
             tuple((q.mode, a.paths) for q, a in planned), self.version, exit_channel, segment,
-            publisher_routers=from_routers, subscriber_routers=to_routers)
+            publisher_routers=from_routers, subscriber_routers=to_routers, frames_per_s=frames_per_s)
         committed: list[int] = []
         try:
             for q, a in planned:
@@ -551,7 +560,12 @@ class CloudState:
         out: list[tuple[str, DesiredRoute]] = []
         last = record.exit_channel or SUBSCRIBER_CHANNEL_PREFIX + record.subscriber
         for q, (mode, paths) in zip(record.qos, record.paths, strict=True):
-            interval = max(record.pub_interval_ms, q.interval_ms // record.pub_interval_ms * record.pub_interval_ms)
+            if record.frames_per_s:  # whole frames (docs/frame-rates.md)
+                interval = filtering.round_down_interval(max(1, q.interval_ms), record.pub_interval_ms,
+                                                         record.frames_per_s)
+            else:
+                interval = max(record.pub_interval_ms,
+                               q.interval_ms // record.pub_interval_ms * record.pub_interval_ms)
             for index, path in enumerate(paths):
                 hops = path.routers
                 for i, router in enumerate(hops):
@@ -559,5 +573,5 @@ class CloudState:
                     out.append((router, DesiredRoute(f"{record.subscription_id}/{index}", record.variable_id, mode,
                                                      channel, interval, q.priority, record.pub_interval_ms,
                                                      record.alert, record.version, q.price,
-                                                     q.best_effort or record.best_effort)))
+                                                     q.best_effort or record.best_effort, record.frames_per_s)))
         return out

@@ -50,12 +50,13 @@ def _type_from_json(d: dict[str, Any]) -> TypeSpec:
 def var_to_json(v: StatusVariable) -> dict[str, Any]:
     return {"publisher": v.publisher, "name": v.name, "type": _type_to_json(v.type), "interval_ms": v.interval_ms,
             "priority": v.priority, "alert": v.alert, "min_interval_ms": v.min_interval_ms,
-            "variable_id": v.variable_id}
+            "variable_id": v.variable_id, "frames_per_s": v.frames_per_s, "attributes": dict(v.attributes)}
 
 
 def var_from_json(d: dict[str, Any]) -> StatusVariable:
     return StatusVariable(d["publisher"], d["name"], _type_from_json(d["type"]), d["interval_ms"], d["priority"],
-                          d["alert"], d["min_interval_ms"], d["variable_id"])
+                          d["alert"], d["min_interval_ms"], d["variable_id"], frames_per_s=d.get("frames_per_s", 0),
+                          attributes=d.get("attributes", {}))
 
 
 def record_to_json(r: SubscriptionRecord) -> dict[str, Any]:
@@ -71,6 +72,7 @@ def record_to_json(r: SubscriptionRecord) -> dict[str, Any]:
                   for mode, paths in r.paths],
         "version": r.version, "exit_channel": r.exit_channel, "segment": r.segment, "best_effort": r.best_effort,
         "publisher_routers": list(r.publisher_routers), "subscriber_routers": list(r.subscriber_routers),
+        "frames_per_s": r.frames_per_s,
     }
 
 
@@ -80,7 +82,7 @@ def record_from_json(d: dict[str, Any]) -> SubscriptionRecord:
         d["edge_router"], d["publisher_router"], tuple(ModeQoS(**q) for q in d["qos"]),
         tuple((mode, tuple(Path(tuple(p["routers"]), p["latency_ms"]) for p in paths)) for mode, paths in d["paths"]),
         d["version"], d.get("exit_channel", ""), d.get("segment", False), d.get("best_effort", False),
-        tuple(d.get("publisher_routers", ())), tuple(d.get("subscriber_routers", ())))
+        tuple(d.get("publisher_routers", ())), tuple(d.get("subscriber_routers", ())), d.get("frames_per_s", 0))
 
 
 def prepare_private_file(path: str) -> None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from gridstat.core import clock, wire
@@ -102,7 +102,12 @@ class PublicationHandle:
         self._last_ts = ts_ms
         if last is None:
             return options
-        run = (ts_ms - last) // self.variable.effective_interval_ms - 1
+        var = self.variable
+        if var.frames_per_s:  # whole frames of 1000/R ms (docs/frame-rates.md)
+            rate = var.frames_per_s
+            run = (ts_ms * rate + 500) // 1000 - (last * rate + 500) // 1000 - 1
+        else:
+            run = (ts_ms - last) // var.effective_interval_ms - 1
         older = self._skip_bits
         self._skip_bits = 0xFFFF_FFFF if run >= wire.SKIP_BITS else \
             ((1 << run) - 1 | older << (run + 1)) & 0xFFFF_FFFF
@@ -116,7 +121,10 @@ class PublicationHandle:
     def default_ts(self) -> int:
         """Now, aligned to the publication interval (alerts are aperiodic: not aligned)."""
         now = clock.now_ms()
-        return now if self.variable.alert else clock.align_ms(now, self.variable.interval_ms)
+        var = self.variable
+        if var.frames_per_s:  # the nearest frame, rounded down to the millisecond as devices stamp it
+            return (now * var.frames_per_s + 500) // 1000 * 1000 // var.frames_per_s
+        return now if var.alert else clock.align_ms(now, var.interval_ms)
 
     def publish(self, value: object, ts_ms: int | None = None, *,
                 options: Sequence[wire.DerivedValue] = ()) -> int:
@@ -214,14 +222,20 @@ class Publisher:
         return leg
 
     async def register(self, variable: str, type: TypeSpec, interval_ms: int, *, priority: int = PRIORITY_HIGH,
-                       alert: bool = False, min_interval_ms: int = 0, first_time: bool = True) -> PublicationHandle:
+                       alert: bool = False, min_interval_ms: int = 0, first_time: bool = True,
+                       frames_per_s: int = 0, attributes: Mapping[str, str] | None = None) -> PublicationHandle:
         """Register ``name/variable`` with the leaf broker (through the edge router) and return its
-        handle, carrying the variable id the broker assigned. Needs a publisher made by ``connect``."""
+        handle, carrying the variable id the broker assigned. Needs a publisher made by ``connect``.
+
+        ``frames_per_s`` publishes at a device's frame rate (``interval_ms`` is then
+        ``1000 // frames_per_s``; intervals are whole frames, docs/frame-rates.md); ``attributes``
+        describe the variable to its subscribers (station, units ...)."""
         if self.session is None:
             raise ValidationError(f"publisher {self.name} has no edge session; use Publisher.connect",
                                   field="session")
         var = await self.session.register_publication(self.name, variable, type, interval_ms, priority, alert,
-                                                      min_interval_ms, first_time=first_time)
+                                                      min_interval_ms, first_time=first_time,
+                                                      frames_per_s=frames_per_s, attributes=attributes)
         return self.variable(var)
 
     async def start(self) -> None:

@@ -12,7 +12,8 @@ comes back as an :class:`AdmissionNote` on the result and on the rejection alike
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+import dataclasses
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -168,6 +169,9 @@ class SubscribeResult:
     #: The interval granted per mode (the asked one rounded down to a multiple of the publication
     #: interval, and at least that: dissertation 4.2), as the broker states it.
     granted_interval_ms: dict[int, int] = field(default_factory=dict)
+    #: The publication's frame rate (0 = a period of ``pub_interval_ms``) and attributes.
+    frames_per_s: int = 0
+    attributes: dict[str, str] = field(default_factory=dict)
 
 
 # -- conversions ------------------------------------------------------------------------------------
@@ -181,7 +185,8 @@ def type_from_pb(m: bpb.ValueType) -> TypeSpec:
 
 def variable_from_pb(p: bpb.Publication) -> StatusVariable:
     return StatusVariable(p.publisher, p.variable, type_from_pb(p.type), p.interval_ms, p.priority, p.alert,
-                          p.min_interval_ms, variable_id=p.variable_id)
+                          p.min_interval_ms, variable_id=p.variable_id, frames_per_s=p.frames_per_s,
+                          attributes=dict(p.attributes))
 
 
 def as_qos(q: ModeQoS | Sequence[Any]) -> ModeQoS:
@@ -234,7 +239,8 @@ def result_from_pb(reply: bpb.SubscribeReply) -> SubscribeResult:
         paths={a.mode: tuple(PathInfo(tuple(p.routers), p.latency_ms, p.redundant_index) for p in a.paths)
                for a in reply.allocations},
         edge_router=sub.edge_router, cloud=sub.cloud, admission=admission_from_pb(reply),
-        granted_interval_ms={a.mode: a.interval_ms for a in reply.allocations if a.interval_ms})
+        granted_interval_ms={a.mode: a.interval_ms for a in reply.allocations if a.interval_ms},
+        frames_per_s=reply.frames_per_s, attributes=dict(reply.attributes))
 
 
 def flooded_variables(reply: bpb.BrokerFloodingReply) -> list[StatusVariable]:
@@ -377,19 +383,21 @@ class EdgeSession:
     # -- publications -------------------------------------------------------------------------------
     async def register_publication(self, publisher: str, variable: str, type: TypeSpec, interval_ms: int,
                                    priority: int = PRIORITY_HIGH, alert: bool = False, min_interval_ms: int = 0,
-                                   *, first_time: bool = True) -> StatusVariable:
+                                   *, first_time: bool = True, frames_per_s: int = 0,
+                                   attributes: Mapping[str, str] | None = None) -> StatusVariable:
         """Register a status variable; returns it with the variable id the leaf broker assigned."""
         # Validate locally first: the broker would refuse the same, one round trip later.
-        StatusVariable(publisher, variable, type, interval_ms, priority, alert, min_interval_ms)
+        local = StatusVariable(publisher, variable, type, interval_ms, priority, alert, min_interval_ms,
+                               frames_per_s=frames_per_s, attributes=dict(attributes or {}))
         reply: bpb.RegisterPublicationReply = await self._call("RegisterPublication", bpb.RegisterPublicationRequest(
             publication=bpb.Publication(publisher=publisher, variable=variable, type=type_to_pb(type),
                                         interval_ms=interval_ms, priority=priority, alert=alert,
-                                        min_interval_ms=min_interval_ms),
+                                        min_interval_ms=min_interval_ms, frames_per_s=frames_per_s,
+                                        attributes=local.attributes),
             first_time=first_time))
         p = reply.publication
         if not p.variable:  # a broker that echoes only the id
-            return StatusVariable(publisher, variable, type, interval_ms, priority, alert, min_interval_ms,
-                                  variable_id=p.variable_id)
+            return dataclasses.replace(local, variable_id=p.variable_id)
         return variable_from_pb(p)
 
     async def unregister_publication(self, publisher: str, variable: str) -> int:

@@ -192,7 +192,8 @@ class Subscriber:
         try:
             if result.pub_interval_ms:
                 var = StatusVariable(publisher, name, type, result.pub_interval_ms, priority,
-                                     variable_id=result.variable_id)
+                                     variable_id=result.variable_id, frames_per_s=result.frames_per_s,
+                                     attributes=result.attributes)
             else:  # an alert variable: aperiodic, no publication interval
                 var = StatusVariable(publisher, name, type, 0, priority, alert=True,
                                      min_interval_ms=max(1, interval_ms), variable_id=result.variable_id)

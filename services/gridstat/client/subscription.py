@@ -91,8 +91,14 @@ class Subscription:
                                 alert=variable.alert)
         self.variable = variable
         self.pub_interval_ms = variable.effective_interval_ms
+        #: The rule's arithmetic runs in units of 1/scale ms: milliseconds, or 1/R ms at a device frame
+        #: rate R, where a frame is exactly ``_pub`` = 1000 units (core/filtering.py, docs/frame-rates.md).
+        #: ``_interval``, ``_expected``, phases and filled instants are in those units.
+        self._scale, self._pub, self._half = filtering.filter_scale(self.pub_interval_ms, variable.frames_per_s)
+        self.interval_ms = 0
+        self._interval = 0
         # 4.2: a non-multiple interval is rounded down to a multiple of the publication interval.
-        self.interval_ms = filtering.round_down_interval(interval_ms, self.pub_interval_ms)
+        self._set_interval(interval_ms)
         self.latency_ms = latency_ms
         self.on_event = on_event
         self.on_violation = on_violation
@@ -116,8 +122,7 @@ class Subscription:
         self._gap_phases: dict[int, None] = {}
         # Alerts are aperiodic: no phases, no deadlines, no gaps (2.1.3).
         self._periodic = not variable.alert
-        self._half = filtering.half_interval(self.pub_interval_ms)
-        #: The next expected timestamp whose deadline has not been reported yet.
+        #: The next expected instant (in rule units) whose deadline has not been reported yet.
         self._expected: int | None = None
         #: Operating modes (6.3): the interval in each mode of the subscription (None: one mode, as
         #: given); ``in_mode`` is False while the current mode is not one of them (nothing expected);
@@ -141,7 +146,16 @@ class Subscription:
 
     @property
     def expected_ts_ms(self) -> int | None:
-        return self._expected
+        return None if self._expected is None else self._ms(self._expected)
+
+    def _ms(self, instant: int) -> int:
+        """An instant in rule units as a timestamp: milliseconds, rounded down as devices stamp them."""
+        return instant // self._scale
+
+    def _set_interval(self, interval_ms: int) -> None:
+        frames_per_s = self.variable.frames_per_s
+        self.interval_ms = filtering.round_down_interval(interval_ms, self.pub_interval_ms, frames_per_s)
+        self._interval = filtering.scaled_interval(self.interval_ms, self.pub_interval_ms, frames_per_s)
 
     def __repr__(self) -> str:
         return f"Subscription({self.full_name!r}, interval_ms={self.interval_ms}, latency_ms={self.latency_ms})"
@@ -151,16 +165,18 @@ class Subscription:
         """Deliver one event received at wall clock ``now_ms``; True if it was delivered."""
         ts = event.timestamp_ms
         stats = self.stats
-        interval = self.interval_ms
-        if self._periodic and (ts + self._half) % interval >= self.pub_interval_ms:
+        interval = self._interval
+        scale = self._scale
+        at = ts * scale  # the timestamp in rule units
+        if self._periodic and (at + self._half) % interval >= self._pub:
             stats.filtered += 1
             return False
         verdict = self._dedup.classify(ts)
         if verdict:
             if verdict == DedupWindow.DUPLICATE:
                 stats.duplicates += 1
-            elif self._gap_phases and self._phase(ts) in self._gap_phases:
-                self._late_copy(self._phase(ts))
+            elif self._gap_phases and self._phase(at) in self._gap_phases:
+                self._late_copy(self._phase(at))
             else:
                 stats.stale += 1
             return False
@@ -173,23 +189,23 @@ class Subscription:
         latency = now_ms - ts
         sequence_ok = True
         gap: Violation | None = None
-        phase = (ts + self._half) // interval * interval  # the nominal instant (``_phase``)
+        phase = (at + self._half) // interval * interval  # the nominal instant (``_phase``)
         filled = self._filled
         replaces = phase in filled
         if self._periodic and last is not None:
-            missing = missing_between(last, ts, interval)
+            missing = missing_between(last * scale, at, interval)
             if missing:
-                self._count_gap(missing, ts, event.options)
+                self._count_gap(missing, at, event.options)
             expected = self._expected
-            if expected is not None and (ts - expected + interval // 2) // interval >= 1:
+            if expected is not None and (at - expected + interval // 2) // interval >= 1:
                 # Fill the skipped instants (2.2.2) before this event; report what cannot be.
                 unfilled = self._fill_until(expected, phase, now_ms)
                 if unfilled is not None:
-                    gap = Violation("gap", unfilled, now_ms, last)
+                    gap = Violation("gap", self._ms(unfilled), now_ms, last)
             prev = self.holder.timestamp_ms if self.holder is not None else last
-            sequence_ok = missing_between(prev, ts, interval) == 0
+            sequence_ok = missing_between(prev * scale, at, interval) == 0
         if self._periodic:
-            nxt = next_expected_ts(ts, self.pub_interval_ms, interval)
+            nxt = next_expected_ts(at, self._pub, interval)
             self._expected = nxt if self._expected is None else max(self._expected, nxt)
         options = event.options
         if options and any(o.kind == wire.OptionKind.SKIPPED for o in options):
@@ -197,7 +213,7 @@ class Subscription:
             options = tuple(o for o in options if o.kind != wire.OptionKind.SKIPPED)
         holder = Holder(value, ts, now_ms, latency, options, False, sequence_ok, event.is_alert)
         # A late real event for a filled instant older than the holder's does not move it back.
-        if self.holder is None or not filled or phase >= self._phase(self.holder.timestamp_ms):
+        if self.holder is None or not filled or phase >= self._phase(self.holder.timestamp_ms * scale):
             self.holder = holder
         self._last_real = ts
         if self.extrapolation is not None:
@@ -220,19 +236,19 @@ class Subscription:
             group.offer(self, holder)
         return True
 
-    def _count_gap(self, missing: int, ts: int, options: tuple[wire.DerivedValue, ...]) -> None:
-        """``missing`` expected instants before the event at ``ts`` never came: lost in the network or
-        never published, as the event's SKIPPED note tells (docs/wire-format.md 3.4)."""
+    def _count_gap(self, missing: int, at: int, options: tuple[wire.DerivedValue, ...]) -> None:
+        """``missing`` expected instants before the event at ``at`` (rule units) never came: lost in the
+        network or never published, as the event's SKIPPED note tells (docs/wire-format.md 3.4)."""
         stats = self.stats
         note = next((o for o in options if o.kind == wire.OptionKind.SKIPPED), None) if options else None
-        unpublished = unpublished_among(missing, self.interval_ms, self.pub_interval_ms, note)
+        unpublished = unpublished_among(missing, self._interval, self._pub, note)
         stats.gaps += missing
         stats.unpublished += unpublished
         stats.lost += missing - unpublished
         phases = self._gap_phases
-        phase = self._phase(ts)
+        phase = self._phase(at)
         for j in range(min(missing, GAP_PHASES_KEPT), 0, -1):
-            phases[phase - j * self.interval_ms] = None
+            phases[phase - j * self._interval] = None
         while len(phases) > GAP_PHASES_KEPT:
             del phases[next(iter(phases))]
 
@@ -255,16 +271,18 @@ class Subscription:
         expected = self._expected
         if expected is None or not self.active or self.suspended or not self.in_mode:
             return None
-        deadline = expected + self.latency_ms
-        if now_ms <= deadline:
+        scale = self._scale
+        deadline = expected + self.latency_ms * scale
+        now = now_ms * scale
+        if now <= deadline:
             return None
-        missed = (now_ms - deadline - 1) // self.interval_ms + 1
-        self._expected = expected + missed * self.interval_ms
+        missed = (now - deadline - 1) // self._interval + 1
+        self._expected = expected + missed * self._interval
         unfilled = self._fill_until(expected, self._expected, now_ms)
         if unfilled is None:
             return None
-        missed -= (unfilled - expected) // self.interval_ms
-        v = Violation("late", unfilled, now_ms, self._last_real, missed=missed)
+        missed -= (unfilled - expected) // self._interval
+        v = Violation("late", self._ms(unfilled), now_ms, self._last_real, missed=missed)
         self._violate(v)
         return v
 
@@ -278,15 +296,16 @@ class Subscription:
         self.stats.shed_dropped += dropped
         if action == "shed":
             self.shed_reason = reason
-        v = Violation("shed", self._expected if self._expected is not None else now_ms, now_ms, self._last_real,
+        expected = self._ms(self._expected) if self._expected is not None else now_ms
+        v = Violation("shed", expected, now_ms, self._last_real,
                       reason=reason, dropped=dropped)
         self._violate(v)
         return v
 
     # -- extrapolation (2.2.2) ----------------------------------------------------------------------
-    def _phase(self, ts: int) -> int:
-        """The nominal instant (a multiple of the interval) whose filter phase ``ts`` is in."""
-        return (ts + self._half) // self.interval_ms * self.interval_ms
+    def _phase(self, at: int) -> int:
+        """The nominal instant (a multiple of the interval) whose filter phase ``at`` (rule units) is in."""
+        return (at + self._half) // self._interval * self._interval
 
     def _fill_until(self, first: int, stop: int, now_ms: int) -> int | None:
         """Fill the missed nominal instants ``first, first + interval, ...`` before ``stop``; returns
@@ -298,8 +317,8 @@ class Subscription:
         spec = self.extrapolation
         if spec is None or self._last_real is None:
             return first if first < stop else None
-        interval = self.interval_ms
-        limit = self._phase(self._last_real) + spec.max_consecutive * interval
+        interval = self._interval
+        limit = self._phase(self._last_real * self._scale) + spec.max_consecutive * interval
         t = first
         while t < stop:
             if t > limit or not self._fill(spec, t, now_ms):
@@ -307,8 +326,9 @@ class Subscription:
             t += interval
         return None
 
-    def _fill(self, spec: Extrapolation, t: int, now_ms: int) -> bool:
+    def _fill(self, spec: Extrapolation, instant: int, now_ms: int) -> bool:
         samples = self._samples
+        t = self._ms(instant)
         out: list[float | None] = []
 
         def extrapolate() -> None:
@@ -324,10 +344,10 @@ class Subscription:
                 return False
             value = round(value)
         prev = self.holder.timestamp_ms if self.holder is not None else None
-        seq = prev is None or missing_between(prev, t, self.interval_ms) == 0
+        seq = prev is None or missing_between(prev * self._scale, instant, self._interval) == 0
         holder = Holder(value, t, now_ms, now_ms - t, (), True, seq, False)
         self.holder = holder
-        self._filled.add(t)
+        self._filled.add(instant)
         self.stats.extrapolated += 1
         if self.on_event is not None:
             self._call(self.on_event, (self, holder))
@@ -339,7 +359,7 @@ class Subscription:
         interval, so the rate filter takes the shorter one, and violations are not reported."""
         self.suspended = True
         if self.mode_intervals is not None and mode in self.mode_intervals and self.in_mode:
-            self.interval_ms = min(self.interval_ms, self._rounded(self.mode_intervals[mode]))
+            self._set_interval(min(self.interval_ms, self._rounded(self.mode_intervals[mode])))
 
     def end_mode_change(self, mode: int, now_ms: int) -> None:
         """Phase 5 (or an abandoned change, with the mode that stays): apply ``mode``'s interval and
@@ -351,17 +371,18 @@ class Subscription:
         if not self.in_mode:
             self._expected = None
             return
-        interval = self.interval_ms = self._rounded(self.mode_intervals[mode])
+        self._set_interval(self.mode_intervals[mode])
+        interval = self._interval
         if self._periodic:
             # Publishers stamp the nearest instant, up to half an interval ahead of the wall clock:
             # an event already received for the first instant after ``now_ms`` is not expected again.
-            expected = (now_ms // interval + 1) * interval
+            expected = (now_ms * self._scale // interval + 1) * interval
             if self._last_real is not None:
-                expected = max(expected, next_expected_ts(self._last_real, self.pub_interval_ms, interval))
+                expected = max(expected, next_expected_ts(self._last_real * self._scale, self._pub, interval))
             self._expected = expected
 
     def _rounded(self, interval_ms: int) -> int:
-        return filtering.round_down_interval(interval_ms, self.pub_interval_ms)
+        return filtering.round_down_interval(interval_ms, self.pub_interval_ms, self.variable.frames_per_s)
 
     def _violate(self, v: Violation) -> None:
         if self.suspended or not self.in_mode:

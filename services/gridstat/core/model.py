@@ -173,10 +173,29 @@ class StatusVariable:
     #: For alert variables: the smallest gap between two alerts, to keep them from flooding.
     min_interval_ms: int = 0
     variable_id: int = 0
+    #: A device's frame rate (C37.118 DATA_RATE): its period is 1000/frames_per_s ms exactly, which
+    #: the rate filter keeps (docs/frame-rates.md); ``interval_ms`` is then ``1000 // frames_per_s``.
+    #: 0 = a period of ``interval_ms``.
+    frames_per_s: int = 0
+    #: What the variable is, as its publisher describes it (station, units, kind ...): strings.
+    attributes: Mapping[str, str] = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         check_name(self.publisher, what="publisher")
         check_name(self.name, what="variable")
+        check_attributes(self.attributes, f"{self.publisher}/{self.name}")
+        if self.frames_per_s:
+            if self.alert:
+                raise ValidationError(f"alert variable {self.full_name!r} has no frame rate", field="frames_per_s")
+            if isinstance(self.frames_per_s, bool) or not isinstance(self.frames_per_s, int) \
+                    or not 1 <= self.frames_per_s <= MAX_FRAMES_PER_S:
+                raise ValidationError(f"frame rate of {self.full_name!r} must be 1..{MAX_FRAMES_PER_S} frames/s, "
+                                      f"got {self.frames_per_s!r}", field="frames_per_s")
+            if self.interval_ms != 1000 // self.frames_per_s:
+                raise ValidationError(
+                    f"publication interval of {self.full_name!r} at {self.frames_per_s} frames/s must be "
+                    f"{1000 // self.frames_per_s} ms (1000 // frames_per_s), got {self.interval_ms}",
+                    field="interval_ms")
         if self.alert:
             if self.min_interval_ms <= 0:
                 raise ValidationError(
@@ -206,6 +225,31 @@ class StatusVariable:
         return self.min_interval_ms if self.alert else self.interval_ms
 
 
+#: Attributes of one variable: at most this many, names and values at most ATTRIBUTE_LEN characters.
+MAX_ATTRIBUTES = 32
+ATTRIBUTE_LEN = 256
+#: The highest device frame rate: millisecond timestamps still name one frame each, within less than
+#: half a frame, so the rate filter stays exact (gridstat.core.filtering, docs/frame-rates.md).
+MAX_FRAMES_PER_S = 400
+
+
+def check_attributes(attributes: Mapping[str, str], owner: str) -> Mapping[str, str]:
+    """A variable's attributes: string names (GridStat's name rule) to printable strings."""
+    if not isinstance(attributes, Mapping):
+        raise ValidationError(f"attributes of {owner!r} must be a mapping of strings", field="attributes")
+    if len(attributes) > MAX_ATTRIBUTES:
+        raise ValidationError(f"{owner!r} has {len(attributes)} attributes, at most {MAX_ATTRIBUTES}",
+                              field="attributes")
+    for key, value in attributes.items():
+        if not isinstance(key, str) or not _NAME_RE.fullmatch(key):
+            raise ValidationError(f"attribute name {key!r} of {owner!r} must match {NAME_PATTERN}",
+                                  field="attributes")
+        if not isinstance(value, str) or len(value) > ATTRIBUTE_LEN or not value.isprintable():
+            raise ValidationError(f"attribute {key!r} of {owner!r} must be printable text of at most "
+                                  f"{ATTRIBUTE_LEN} characters, got {value!r:.80}", field=f"attributes.{key}")
+    return attributes
+
+
 class VariableRegistry:
     """Assigns variable ids to ``publisher/variable`` names and answers type checks.
 
@@ -229,6 +273,8 @@ class VariableRegistry:
         priority: int = PRIORITY_HIGH,
         alert: bool = False,
         min_interval_ms: int = 0,
+        frames_per_s: int = 0,
+        attributes: Mapping[str, str] | None = None,
     ) -> StatusVariable:
         full = f"{publisher}/{name}"
         if full in self._by_name:
@@ -236,7 +282,8 @@ class VariableRegistry:
         if self._next_id > MAX_VARIABLE_ID:
             raise ValidationError("variable id space exhausted", field="variable_id")
         var = StatusVariable(
-            publisher, name, type, interval_ms, priority, alert, min_interval_ms, variable_id=self._next_id
+            publisher, name, type, interval_ms, priority, alert, min_interval_ms, variable_id=self._next_id,
+            frames_per_s=frames_per_s, attributes=dict(attributes or {}),
         )
         self._next_id += 1
         self._by_name[full] = var

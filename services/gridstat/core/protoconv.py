@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gridstat.core.model import PRIORITY_HIGH, StructType, TypeSpec, ValueType
+from gridstat.core.model import PRIORITY_HIGH, StatusVariable, StructType, TypeSpec, ValueType
 from gridstat.errors import ValidationError
 from gridstat.v1 import broker_pb2 as bpb
 
@@ -46,3 +46,17 @@ def type_from_pb(msg: bpb.ValueType, *, field: str = "type") -> TypeSpec | None:
 def priority_of(message: Any) -> int:
     """A message's ``optional uint32 priority``: 0 (alert) when set to 0, PRIORITY_HIGH when unset."""
     return int(message.priority) if message.HasField("priority") else PRIORITY_HIGH
+
+
+def publication_to_pb(v: StatusVariable, **extra: Any) -> bpb.Publication:
+    """A status variable as a ``Publication`` (``extra``: edge_router, cloud ...)."""
+    return bpb.Publication(publisher=v.publisher, variable=v.name, type=type_to_pb(v.type),
+                           interval_ms=v.interval_ms, priority=v.priority, alert=v.alert,
+                           min_interval_ms=v.min_interval_ms, variable_id=v.variable_id,
+                           frames_per_s=v.frames_per_s, attributes=dict(v.attributes), **extra)
+
+
+def publication_from_pb(p: bpb.Publication, t: TypeSpec) -> StatusVariable:
+    """The status variable of a ``Publication`` whose type the caller has read (``type_from_pb``)."""
+    return StatusVariable(p.publisher, p.variable, t, p.interval_ms, priority_of(p), p.alert, p.min_interval_ms,
+                          variable_id=p.variable_id, frames_per_s=p.frames_per_s, attributes=dict(p.attributes))

@@ -171,6 +171,10 @@ class OptionKind(enum.IntEnum):
     #: (docs/wire-format.md 3.4): ``window`` the run of instants skipped right before it, ``bits``
     #: the 32 instants before that run, ``value`` the publisher's skipped instants in all.
     SKIPPED = 5
+    #: Not a derived value: a synchrophasor's own time and quality (docs/wire-format.md 3.5):
+    #: ``window`` the C37.118 STAT word, ``bits`` the raw FRACSEC field (time quality byte and count),
+    #: ``value`` the device's TIME_BASE.
+    DEVICE_TIME = 6
 
 
 #: Instants before a skip run that a SKIPPED option describes (its u32 ``bits``).
@@ -184,6 +188,34 @@ class DerivedValue:
     value: float
     #: The option's u32 (reserved for derived values; a bitmap for SKIPPED).
     bits: int = 0
+
+
+def device_time(stat: int, fracsec: int, time_base: int) -> DerivedValue:
+    """The DEVICE_TIME option of an event from a C37.118 device (docs/wire-format.md 3.5)."""
+    if not 0 <= stat <= 0xFFFF:
+        raise ValidationError(f"STAT must be a 16-bit word, got {stat}", field="stat")
+    if not 0 <= fracsec <= 0xFFFF_FFFF:
+        raise ValidationError(f"FRACSEC must be a 32-bit field, got {fracsec}", field="fracsec")
+    if not 1 <= time_base <= 0xFF_FFFF:
+        raise ValidationError(f"TIME_BASE must be 1..16777215, got {time_base}", field="time_base")
+    return DerivedValue(OptionKind.DEVICE_TIME, stat, float(time_base), fracsec)
+
+
+def read_device_time(options: Iterable[DerivedValue]) -> tuple[int, int, int] | None:
+    """``(stat, fracsec, time_base)`` of an event's DEVICE_TIME option; None without a valid one."""
+    for o in options:
+        if o.kind == OptionKind.DEVICE_TIME:
+            base = o.value
+            if base != base or not 1 <= base <= 0xFF_FFFF or base != int(base):
+                return None
+            return o.window, o.bits, int(base)
+    return None
+
+
+def device_timestamp_ms(soc: int, count: int, time_base: int) -> int:
+    """The event timestamp of a device's SOC and FRACSEC count: milliseconds, rounded down, so
+    ``timestamp_ms // 1000`` is SOC again (docs/wire-format.md 3.5)."""
+    return soc * 1000 + count * 1000 // time_base
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,16 +45,17 @@ async def _guard(context: grpc.aio.ServicerContext[Any, Any], call: Callable[[],
         await rpc.abort(context, exc)
 
 
-def route_to_pb(r: Route, pub_interval_ms: int, alert: bool = False) -> pb.Route:
+def route_to_pb(r: Route, pub_interval_ms: int, alert: bool = False, frames_per_s: int = 0) -> pb.Route:
     return pb.Route(route_id=r.route_id, variable_id=r.variable_id, mode=r.mode, channel=r.channel,
                     sub_interval_ms=r.sub_interval_ms, priority=r.priority, pub_interval_ms=pub_interval_ms,
-                    alert=alert, version=r.version, price=r.price, best_effort=r.best_effort)
+                    alert=alert, version=r.version, price=r.price, best_effort=r.best_effort,
+                    frames_per_s=frames_per_s)
 
 
 def route_from_pb(m: pb.Route) -> RouteInstall:
     return RouteInstall(Route(m.route_id, m.variable_id, m.mode, m.channel, m.sub_interval_ms, m.priority,
                               m.version, m.price if m.HasField("price") else 1.0, m.best_effort),
-                        m.pub_interval_ms, m.alert)
+                        m.pub_interval_ms, m.alert, m.frames_per_s)
 
 
 def shaping_from_pb(m: pb.Shaping) -> ShapingConfig | None:
@@ -178,7 +179,8 @@ class RouterControlServicer(pb_grpc.RouterControlServicer):
 
     async def ListRoutes(self, request: pb.ListRoutesRequest, context: Any) -> pb.ListRoutesReply:
         table = self.router.table
-        routes = [route_to_pb(r, table.pub_interval(r.variable_id)) for r in table.routes()]
+        routes = [route_to_pb(r, table.pub_interval(r.variable_id), frames_per_s=table.frames_per_s(r.variable_id))
+                  for r in table.routes()]
         flooding = [pb.SetFloodingRequest(variable_id=e.variable_id, pub_interval_ms=e.pub_interval_ms,
                                           level=e.level, modes=e.modes, alert=e.alert)
                     for e in self.router.flooding.entries()]

@@ -169,17 +169,22 @@ class Forwarder:
                 continue
             ev = data[off:end]
             off = end
-            flood = entry.flood
-            if flood is not None:
-                # Limited flooding (router.flooding): the first copy goes to every channel in scope
-                # but the one it came from; later copies stop here, counted by the plan.
-                n = flood.forward(ev, ts, channel, now_ms)
-                if n < 0:
-                    continue
-                sent = n > 0
-            else:
+            if entry.plain:
                 sent = False
-            shifted = ts + entry.half
+                shifted = ts + entry.half
+            else:
+                flood = entry.flood
+                if flood is not None:
+                    # Limited flooding (router.flooding): the first copy goes to every channel in scope
+                    # but the one it came from; later copies stop here, counted by the plan.
+                    n = flood.forward(ev, ts, channel, now_ms)
+                    if n < 0:
+                        continue
+                    sent = n > 0
+                else:
+                    sent = False
+                # A device frame rate: the rule in units of 1/R ms (core/filtering.py).
+                shifted = ts * entry.scale + entry.half
             pub = entry.pub
             if close:
                 for target, elements in entry.close:

@@ -114,6 +114,8 @@ class RouteInstall:
     route: Route
     pub_interval_ms: int
     alert: bool = False
+    #: The variable's frame rate (0 = a period of ``pub_interval_ms``; docs/frame-rates.md).
+    frames_per_s: int = 0
 
 
 @dataclass
@@ -571,7 +573,8 @@ class StatusRouter:
         """Install a batch whole or not at all: everything is validated before anything changes."""
         batch = list(installs)
         self._validate_installs(batch)
-        return [self.table.install(i.route, pub_interval_ms=i.pub_interval_ms, alert=i.alert) for i in batch]
+        return [self.table.install(i.route, pub_interval_ms=i.pub_interval_ms, alert=i.alert,
+                                   frames_per_s=i.frames_per_s) for i in batch]
 
     def _validate_installs(self, batch: list[RouteInstall]) -> None:
         seen: dict[int, int] = {}

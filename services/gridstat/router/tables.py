@@ -132,23 +132,26 @@ class CompiledEntry:
     close and sparse structures hold only the routes on channels outside the flooding scope.
     """
 
-    __slots__ = ("close", "flood", "full_mask", "half", "pub", "sparse_holders", "sparse_targets")
+    __slots__ = ("close", "flood", "full_mask", "half", "plain", "pub", "scale", "sparse_holders", "sparse_targets")
 
     def __init__(self, pub: int, close: tuple[tuple[Target, tuple[int, ...]], ...],
                  sparse_holders: tuple[tuple[int, int], ...], sparse_targets: tuple[Target, ...],
-                 flood: FloodPlan | None = None) -> None:
-        self.pub = pub
-        self.half = filtering.half_interval(pub)
+                 flood: FloodPlan | None = None, frames_per_s: int = 0) -> None:
+        # The rule runs on ``ts * scale``: milliseconds, or 1/R ms at a frame rate R, where ``pub`` is
+        # one frame and the intervals in ``close``/``sparse_holders`` whole frames (core/filtering.py).
+        self.scale, self.pub, self.half = filtering.filter_scale(pub, frames_per_s)
         self.close = close
         self.sparse_holders = sparse_holders
         self.sparse_targets = sparse_targets
         self.full_mask = (1 << len(sparse_targets)) - 1
         self.flood = flood
+        #: Neither flooded nor at a frame rate: the forwarding loop's short way.
+        self.plain = flood is None and self.scale == 1
 
 
 def select_close(entry: CompiledEntry, ts_ms: int) -> list[Target]:
     """Reference walk of a close entry (the router inlines the same loop)."""
-    shifted = ts_ms + entry.half
+    shifted = ts_ms * entry.scale + entry.half
     pub = entry.pub
     out = []
     for target, elements in entry.close:
@@ -161,7 +164,7 @@ def select_close(entry: CompiledEntry, ts_ms: int) -> list[Target]:
 
 def select_sparse(entry: CompiledEntry, ts_ms: int) -> list[Target]:
     """Reference walk of a sparse entry (the router inlines the same loop)."""
-    shifted = ts_ms + entry.half
+    shifted = ts_ms * entry.scale + entry.half
     pub = entry.pub
     mask = 0
     for s, bits in entry.sparse_holders:
@@ -171,11 +174,12 @@ def select_sparse(entry: CompiledEntry, ts_ms: int) -> list[Target]:
 
 
 class _VariableRoutes:
-    __slots__ = ("alert", "modes", "pub_interval_ms")
+    __slots__ = ("alert", "frames_per_s", "modes", "pub_interval_ms")
 
-    def __init__(self, pub_interval_ms: int, alert: bool) -> None:
+    def __init__(self, pub_interval_ms: int, alert: bool, frames_per_s: int = 0) -> None:
         self.pub_interval_ms = pub_interval_ms
         self.alert = alert
+        self.frames_per_s = frames_per_s
         self.modes: list[dict[str, Route]] = [{} for _ in range(MODE_SLOTS)]
 
 
@@ -201,8 +205,9 @@ class RoutingTable:
         self.shed_targets: dict[tuple[str, bool], ShedTarget] = {}
 
     # -- changes ------------------------------------------------------------
-    def install(self, route: Route, *, pub_interval_ms: int, alert: bool = False) -> Route:
-        """Add or replace a route; the interval is rounded down to a multiple of pubInt.
+    def install(self, route: Route, *, pub_interval_ms: int, alert: bool = False, frames_per_s: int = 0) -> Route:
+        """Add or replace a route; the interval is rounded down to a multiple of pubInt (whole frames
+        at a device frame rate, docs/frame-rates.md).
 
         Replaying a route with a version lower than the installed one is a no-op,
         so a retried or reordered control call never undoes a newer one.
@@ -210,18 +215,26 @@ class RoutingTable:
         if pub_interval_ms <= 0:
             raise ValidationError(f"publication interval must be positive, got {pub_interval_ms}",
                                   field="pub_interval_ms")
+        if frames_per_s:
+            filtering.check_frames_per_s(frames_per_s)
+            if alert or pub_interval_ms != filtering.nominal_interval_ms(frames_per_s):
+                raise ValidationError(f"variable {route.variable_id} at {frames_per_s} frames/s needs publication "
+                                      f"interval {1000 // frames_per_s} ms and no alert flag, got "
+                                      f"{pub_interval_ms} ms", field="pub_interval_ms")
         self._resolve(route.channel, route.priority)  # unknown channel -> NotFound before any change
         vr = self._vars.get(route.variable_id)
         if vr is None:
-            vr = self._vars[route.variable_id] = _VariableRoutes(pub_interval_ms, alert)
-        elif vr.pub_interval_ms != pub_interval_ms:
+            vr = self._vars[route.variable_id] = _VariableRoutes(pub_interval_ms, alert, frames_per_s)
+        elif vr.pub_interval_ms != pub_interval_ms or vr.frames_per_s != frames_per_s:
             raise ValidationError(
-                f"variable {route.variable_id} is routed with publication interval {vr.pub_interval_ms} ms, "
-                f"not {pub_interval_ms} ms; change it with set_pub_interval", field="pub_interval_ms")
+                f"variable {route.variable_id} is routed with publication interval {vr.pub_interval_ms} ms"
+                f"{f' at {vr.frames_per_s} frames/s' if vr.frames_per_s else ''}, not {pub_interval_ms} ms"
+                f"{f' at {frames_per_s} frames/s' if frames_per_s else ''}; change it with set_pub_interval",
+                field="pub_interval_ms")
         existing = vr.modes[route.mode].get(route.route_id)
         if existing is not None and existing.version > route.version:
             return existing
-        rounded = filtering.round_down_interval(route.sub_interval_ms, pub_interval_ms)
+        rounded = filtering.round_down_interval(route.sub_interval_ms, pub_interval_ms, frames_per_s)
         if rounded != route.sub_interval_ms:
             route = dataclasses.replace(route, sub_interval_ms=rounded)
         vr.alert = vr.alert or alert
@@ -253,6 +266,7 @@ class RoutingTable:
         if pub_interval_ms <= 0:
             raise ValidationError("publication interval must be positive", field="pub_interval_ms")
         vr.pub_interval_ms = pub_interval_ms
+        vr.frames_per_s = 0  # a new period in whole milliseconds
         for mode, routes in enumerate(vr.modes):
             for rid, r in list(routes.items()):
                 routes[rid] = dataclasses.replace(
@@ -342,6 +356,9 @@ class RoutingTable:
     def pub_interval(self, variable_id: int) -> int:
         return self._vars[variable_id].pub_interval_ms
 
+    def frames_per_s(self, variable_id: int) -> int:
+        return self._vars[variable_id].frames_per_s
+
     def entry(self, variable_id: int, mode: int | None = None) -> CompiledEntry | None:
         return self._compiled[self.current_mode if mode is None else mode].get(variable_id)
 
@@ -381,6 +398,11 @@ class RoutingTable:
             if flood is None or r.channel not in flood.channels:  # flooded channels get every event
                 part = (2 if r.best_effort else 1) if shed_units and (r.channel, r.best_effort) in shed_units else 0
                 by_channel.setdefault((r.channel, part), []).append(r)
+        if vr is not None:
+            pub, frames_per_s = vr.pub_interval_ms, vr.frames_per_s
+        else:  # flooded here without any route
+            assert self.flooding is not None
+            pub, frames_per_s = self.flooding.pub_interval(variable_id, mode)[0], 0
         targets: list[Target] = []
         elements: list[tuple[int, ...]] = []
         for key in sorted(by_channel):
@@ -398,19 +420,15 @@ class RoutingTable:
                 if valued is not None:
                     target = valued(sum(r.price for r in rs), any(not r.best_effort for r in rs), len(rs))
             targets.append(target)
-            elements.append(filtering.smallest_non_multiples(r.sub_interval_ms for r in rs))
+            elements.append(filtering.smallest_non_multiples(
+                filtering.scaled_interval(r.sub_interval_ms, pub, frames_per_s) for r in rs))
         close = tuple(zip(targets, elements, strict=True))
         masks: dict[int, int] = {}
         for i, elems in enumerate(elements):
             for s in elems:
                 masks[s] = masks.get(s, 0) | (1 << i)
         sparse = tuple(sorted(masks.items()))
-        if vr is not None:
-            pub = vr.pub_interval_ms
-        else:  # flooded here without any route
-            assert self.flooding is not None
-            pub = self.flooding.pub_interval(variable_id, mode)[0]
-        compiled[variable_id] = CompiledEntry(pub, close, sparse, tuple(targets), flood)
+        compiled[variable_id] = CompiledEntry(pub, close, sparse, tuple(targets), flood, frames_per_s)
 
 
 __all__ = ["MAX_PRICE", "MODE_SLOTS", "TEMPORARY_MODE_SLOT", "CompiledEntry", "Route", "RoutingTable", "ShedTarget",

@@ -157,6 +157,26 @@ Global___ValueType: _TypeAlias = ValueType  # noqa: Y015
 class Publication(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class AttributesEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     PUBLISHER_FIELD_NUMBER: _builtins.int
     VARIABLE_FIELD_NUMBER: _builtins.int
     TYPE_FIELD_NUMBER: _builtins.int
@@ -168,6 +188,8 @@ class Publication(_message.Message):
     EDGE_ROUTER_FIELD_NUMBER: _builtins.int
     CLOUD_FIELD_NUMBER: _builtins.int
     MAX_RATE_EPS_FIELD_NUMBER: _builtins.int
+    FRAMES_PER_S_FIELD_NUMBER: _builtins.int
+    ATTRIBUTES_FIELD_NUMBER: _builtins.int
     publisher: _builtins.str
     variable: _builtins.str
     interval_ms: _builtins.int
@@ -188,8 +210,17 @@ class Publication(_message.Message):
     1000 / interval_ms (alerts: 1000 / min_interval_ms). Refused if negative, not finite, absurd
     (> 1e6) or below the publication rate.
     """
+    frames_per_s: _builtins.int
+    """A device's frame rate (C37.118 DATA_RATE, 1..400): the period is exactly 1000/frames_per_s ms and
+    interval_ms must be 1000 / frames_per_s rounded down; 0 = a period of interval_ms
+    (docs/frame-rates.md).
+    """
     @_builtins.property
     def type(self) -> Global___ValueType: ...
+    @_builtins.property
+    def attributes(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """What the variable is, as its publisher describes it (station, idcode, kind, units ...)."""
+
     def __init__(
         self,
         *,
@@ -204,10 +235,12 @@ class Publication(_message.Message):
         edge_router: _builtins.str = ...,
         cloud: _builtins.str = ...,
         max_rate_eps: _builtins.float | None = ...,
+        frames_per_s: _builtins.int = ...,
+        attributes: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_max_rate_eps", b"_max_rate_eps", "_priority", b"_priority", "max_rate_eps", b"max_rate_eps", "priority", b"priority", "type", b"type"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_rate_eps", b"_max_rate_eps", "_priority", b"_priority", "alert", b"alert", "cloud", b"cloud", "edge_router", b"edge_router", "interval_ms", b"interval_ms", "max_rate_eps", b"max_rate_eps", "min_interval_ms", b"min_interval_ms", "priority", b"priority", "publisher", b"publisher", "type", b"type", "variable", b"variable", "variable_id", b"variable_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_rate_eps", b"_max_rate_eps", "_priority", b"_priority", "alert", b"alert", "attributes", b"attributes", "cloud", b"cloud", "edge_router", b"edge_router", "frames_per_s", b"frames_per_s", "interval_ms", b"interval_ms", "max_rate_eps", b"max_rate_eps", "min_interval_ms", b"min_interval_ms", "priority", b"priority", "publisher", b"publisher", "type", b"type", "variable", b"variable", "variable_id", b"variable_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__max_rate_eps: _TypeAlias = _typing.Literal["max_rate_eps"]  # noqa: Y015
     _WhichOneofArgType__max_rate_eps: _TypeAlias = _typing.Literal["_max_rate_eps", b"_max_rate_eps"]  # noqa: Y015
@@ -676,6 +709,26 @@ Global___SubscribeRequest: _TypeAlias = SubscribeRequest  # noqa: Y015
 class SubscribeReply(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class AttributesEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     ADMITTED_FIELD_NUMBER: _builtins.int
     SUBSCRIPTION_FIELD_NUMBER: _builtins.int
     VARIABLE_ID_FIELD_NUMBER: _builtins.int
@@ -683,9 +736,13 @@ class SubscribeReply(_message.Message):
     ALLOCATIONS_FIELD_NUMBER: _builtins.int
     REJECTION_FIELD_NUMBER: _builtins.int
     ADMISSION_FIELD_NUMBER: _builtins.int
+    FRAMES_PER_S_FIELD_NUMBER: _builtins.int
+    ATTRIBUTES_FIELD_NUMBER: _builtins.int
     admitted: _builtins.bool
     variable_id: _builtins.int
     pub_interval_ms: _builtins.int
+    frames_per_s: _builtins.int
+    """the publication's frame rate (0 = a period of pub_interval_ms)"""
     @_builtins.property
     def subscription(self) -> Global___Subscription:
         """with its id and the publication's variable id"""
@@ -702,6 +759,10 @@ class SubscribeReply(_message.Message):
     def admission(self) -> Global___AdmissionNote:
         """what the admission controller decided, or why it was not asked"""
 
+    @_builtins.property
+    def attributes(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """the publication's attributes"""
+
     def __init__(
         self,
         *,
@@ -712,10 +773,12 @@ class SubscribeReply(_message.Message):
         allocations: _abc.Iterable[Global___Allocation] | None = ...,
         rejection: Global___Rejection | None = ...,
         admission: Global___AdmissionNote | None = ...,
+        frames_per_s: _builtins.int = ...,
+        attributes: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["admission", b"admission", "rejection", b"rejection", "subscription", b"subscription"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["admission", b"admission", "admitted", b"admitted", "allocations", b"allocations", "pub_interval_ms", b"pub_interval_ms", "rejection", b"rejection", "subscription", b"subscription", "variable_id", b"variable_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["admission", b"admission", "admitted", b"admitted", "allocations", b"allocations", "attributes", b"attributes", "frames_per_s", b"frames_per_s", "pub_interval_ms", b"pub_interval_ms", "rejection", b"rejection", "subscription", b"subscription", "variable_id", b"variable_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1525,6 +1588,7 @@ class ReserveSegmentRequest(_message.Message):
     LATENCY_BUDGET_MS_FIELD_NUMBER: _builtins.int
     TTL_MS_FIELD_NUMBER: _builtins.int
     VARIABLE_FIELD_NUMBER: _builtins.int
+    FRAMES_PER_S_FIELD_NUMBER: _builtins.int
     kind: Global___SegmentKind.ValueType
     from_router: _builtins.str
     """publisher's edge (START) or entry border router"""
@@ -1540,6 +1604,8 @@ class ReserveSegmentRequest(_message.Message):
     """reservation expires unless committed"""
     variable: _builtins.str
     """"publisher/variable" (START: checked against the publication)"""
+    frames_per_s: _builtins.int
+    """the publication's frame rate (0 = a period of pub_interval_ms)"""
     @_builtins.property
     def key(self) -> Global___SegmentKey: ...
     @_builtins.property
@@ -1558,10 +1624,11 @@ class ReserveSegmentRequest(_message.Message):
         latency_budget_ms: _builtins.float = ...,
         ttl_ms: _builtins.int = ...,
         variable: _builtins.str = ...,
+        frames_per_s: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "qos", b"qos"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["from_router", b"from_router", "key", b"key", "kind", b"kind", "latency_budget_ms", b"latency_budget_ms", "next_channel", b"next_channel", "pub_interval_ms", b"pub_interval_ms", "qos", b"qos", "to_router", b"to_router", "ttl_ms", b"ttl_ms", "variable", b"variable", "variable_id", b"variable_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["frames_per_s", b"frames_per_s", "from_router", b"from_router", "key", b"key", "kind", b"kind", "latency_budget_ms", b"latency_budget_ms", "next_channel", b"next_channel", "pub_interval_ms", b"pub_interval_ms", "qos", b"qos", "to_router", b"to_router", "ttl_ms", b"ttl_ms", "variable", b"variable", "variable_id", b"variable_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

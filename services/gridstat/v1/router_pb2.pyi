@@ -340,6 +340,7 @@ class Route(_message.Message):
     VERSION_FIELD_NUMBER: _builtins.int
     PRICE_FIELD_NUMBER: _builtins.int
     BEST_EFFORT_FIELD_NUMBER: _builtins.int
+    FRAMES_PER_S_FIELD_NUMBER: _builtins.int
     route_id: _builtins.str
     """path id and redundant id of the subscription, unique per mode"""
     variable_id: _builtins.int
@@ -361,6 +362,10 @@ class Route(_message.Message):
     """
     best_effort: _builtins.bool
     """not admitted with a guarantee: shed before every guaranteed route"""
+    frames_per_s: _builtins.int
+    """The variable's frame rate (1..400; 0 = a period of pub_interval_ms): sub_interval_ms then means
+    whole frames, and the filter keeps them exactly (docs/frame-rates.md).
+    """
     def __init__(
         self,
         *,
@@ -375,10 +380,11 @@ class Route(_message.Message):
         version: _builtins.int = ...,
         price: _builtins.float | None = ...,
         best_effort: _builtins.bool = ...,
+        frames_per_s: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_price", b"_price", "price", b"price"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_price", b"_price", "alert", b"alert", "best_effort", b"best_effort", "channel", b"channel", "mode", b"mode", "price", b"price", "priority", b"priority", "pub_interval_ms", b"pub_interval_ms", "route_id", b"route_id", "sub_interval_ms", b"sub_interval_ms", "variable_id", b"variable_id", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_price", b"_price", "alert", b"alert", "best_effort", b"best_effort", "channel", b"channel", "frames_per_s", b"frames_per_s", "mode", b"mode", "price", b"price", "priority", b"priority", "pub_interval_ms", b"pub_interval_ms", "route_id", b"route_id", "sub_interval_ms", b"sub_interval_ms", "variable_id", b"variable_id", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__price: _TypeAlias = _typing.Literal["price"]  # noqa: Y015
     _WhichOneofArgType__price: _TypeAlias = _typing.Literal["_price", b"_price"]  # noqa: Y015

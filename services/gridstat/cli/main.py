@@ -34,6 +34,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "archive": ("gridstat.cli.archive", "archive status variables to Kafka (the historian path for analysts)"),
     "analyze": ("gridstat.cli.analyze", "capacity model of a broker tree: routing tables, message rates, break-even"),
     "chaos": ("gridstat.cli.chaos", "the chaos suite: 'gridstat chaos list|run SCENARIO' (real processes)"),
+    "pmu-gateway": ("gridstat.cli.pmu_gateway", "a C37.118 client gateway: publish a PMU's or PDC's channels as "
+                                                "status variables"),
     "condense": ("gridstat.cli.condense",
                  "condensation functions: 'gridstat condense create|list|remove', or 'host' to run one here"),
 }

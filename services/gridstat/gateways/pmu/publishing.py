@@ -1,0 +1,139 @@
+"""The GridStat side of the gateway: one SDK ``Publisher`` per station, a handle per variable.
+
+``want(plan)`` records the variables of a stream; a background task (``run``) connects the publishers
+(``Publisher.connect`` through the edge router's control port) and registers every variable not yet
+registered, or registered with another type, interval or attributes, retrying with a capped back-off
+while the edge router or its broker is unavailable. ``publish(sample)`` is the hot path: a dictionary
+lookup and a non-blocking UDP send per value; a value whose variable is not registered yet is counted
+(``events_unpublished``), never queued.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from gridstat.client import EdgeSession, PublicationHandle, Publisher
+from gridstat.core.model import PRIORITY_HIGH
+from gridstat.core.tls import TlsFiles
+from gridstat.errors import GridStatError, ValidationError
+from gridstat.gateways.pmu.mapping import ChannelSpec, StreamPlan
+from gridstat.gateways.pmu.session import Sample
+from gridstat.gateways.pmu.stats import GatewayStats
+
+log = logging.getLogger(__name__)
+
+#: Refusals that retrying cannot fix (the request is wrong or not allowed): the variable is left out.
+PERMANENT_REASONS = frozenset({"InvalidArgument", "TypeMismatch", "Unauthorized", "PermissionDenied",
+                               "Unauthenticated", "AlreadyExists", "ValidationError"})
+
+
+class StationPublishers:
+    """Publishers by name and handles by ``publisher/variable``."""
+
+    def __init__(self, edge: str, *, stats: GatewayStats, tls: TlsFiles | None = None,
+                 priority: int = PRIORITY_HIGH, timeout_s: float = 10.0, retry_max_s: float = 10.0) -> None:
+        self.edge = edge
+        self.stats = stats
+        self.tls = tls
+        self.priority = priority
+        self.timeout_s = timeout_s
+        self.retry_max_s = retry_max_s
+        self.publishers: dict[str, Publisher] = {}
+        self._handles: dict[str, PublicationHandle] = {}
+        self._registered: dict[str, ChannelSpec] = {}
+        self._wanted: dict[str, ChannelSpec] = {}
+        #: Variables the broker refused for good (TypeMismatch, ...): not asked again until they change.
+        self._refused: dict[str, ChannelSpec] = {}
+        self._session: EdgeSession | None = None
+        self._wake = asyncio.Event()
+        self._last_error = ""
+
+    @property
+    def registered(self) -> dict[str, ChannelSpec]:
+        return dict(self._registered)
+
+    def want(self, plan: StreamPlan) -> None:
+        """Register the variables of ``plan`` (in the background); a variable whose type, interval or
+        attributes changed is registered again and not published until it is."""
+        for spec in plan.channels:
+            name = spec.full_name
+            self._wanted[name] = spec
+            if self._registered.get(name, spec) != spec:
+                self._handles.pop(name, None)
+        self._wake.set()
+
+    def publish(self, sample: Sample) -> None:
+        """Every value of ``sample`` with its device time (hot path: no logging, no blocking)."""
+        handles = self._handles
+        options = (sample.device_time,)
+        ts_ms = sample.ts_ms
+        stats = self.stats
+        for name, value in zip(sample.block.full_names, sample.values, strict=True):
+            handle = handles.get(name)
+            if handle is None:
+                stats.events_unpublished += 1
+                continue
+            try:
+                handle.publish(value, ts_ms, options=options)
+            except GridStatError:  # a publisher stopped meanwhile, or a value its type refuses
+                stats.events_failed += 1
+            else:
+                stats.events_published += 1
+
+    async def run(self) -> None:
+        """Register what is wanted, for ever (cancel to stop)."""
+        delay_s = 0.5
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while todo := [s for n, s in self._wanted.items()
+                           if self._registered.get(n) != s and self._refused.get(n) != s]:
+                try:
+                    for spec in todo:
+                        await self._register(spec)
+                except GridStatError as exc:
+                    self.stats.registration_errors += 1
+                    if isinstance(exc, ValidationError) or exc.reason in PERMANENT_REASONS:
+                        self._refused[spec.full_name] = spec
+                        log.error("%s refused: %s", spec.full_name, exc)
+                        continue
+                    self._note(f"registering with edge router {self.edge} failed: {exc}")
+                    await asyncio.sleep(delay_s)
+                    delay_s = min(self.retry_max_s, delay_s * 2)
+                else:
+                    delay_s = 0.5
+                    self._note("")
+
+    def _note(self, error: str) -> None:
+        """Log a failure when it differs from the last one, and the recovery (state changes only)."""
+        if error != self._last_error:
+            if error:
+                log.warning("%s", error)
+            elif self._last_error:
+                log.warning("registering with edge router %s works again", self.edge)
+            self._last_error = error
+
+    async def _register(self, spec: ChannelSpec) -> None:
+        pub = self.publishers.get(spec.publisher)
+        if pub is None:
+            if self._session is None:
+                self._session = EdgeSession(self.edge, tls=self.tls, timeout_s=self.timeout_s, attempts=1)
+            pub = await Publisher.connect(spec.publisher, self.edge, tls=self.tls, session=self._session)
+            self.publishers[spec.publisher] = pub
+            self.stats.publishers = len(self.publishers)
+        handle = await pub.register(spec.variable, spec.type, spec.interval_ms, frames_per_s=spec.frames_per_s,
+                                    attributes=spec.attributes_dict, priority=self.priority)
+        self._handles[spec.full_name] = handle
+        self._registered[spec.full_name] = spec
+        self._refused.pop(spec.full_name, None)
+        self.stats.registrations += 1
+
+    async def close(self) -> None:
+        for pub in self.publishers.values():
+            await pub.stop()
+        self.publishers.clear()
+        self._handles.clear()
+        if self._session is not None:
+            await self._session.close()
+            self._session = None

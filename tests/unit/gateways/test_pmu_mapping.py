@@ -47,7 +47,7 @@ def test_a_stream_becomes_typed_variables_with_attributes() -> None:
         ("PMU_2_east/P", "analog", FLOAT)]
     va, i1, freq, dfreq, an, dig = plan.blocks[0].channels
     assert va.attributes_dict == {"station": "Station A", "idcode": "7734", "stream_idcode": "7734",
-                                  "nominal_frequency_hz": "60", "config_count": "22", "kind": "phasor",
+                                  "nominal_frequency_hz": "60", "kind": "phasor",
                                   "channel": "VA", "units": "V"}
     assert i1.attributes_dict["units"] == "A"
     assert (freq.attributes_dict["units"], dfreq.attributes_dict["units"]) == ("Hz", "Hz/s")

@@ -35,19 +35,19 @@ def commands(out: Output) -> list[int]:
 
 def streaming(*pmus: object, cfg3: bool = False, **kw: float) -> tuple[GatewaySession, Output]:
     cfg = s.config(*pmus) if pmus else s.config()  # type: ignore[arg-type]
-    session = GatewaySession(SessionSettings(s.STREAM, cfg3=cfg3, **kw))  # type: ignore[arg-type]
+    session = GatewaySession(SessionSettings(s.STREAM, command_gap_s=0.0, cfg3=cfg3, **kw))  # type: ignore[arg-type]
     session.connected(0.0)
     out = session.tcp_bytes(s.cfg_bytes(cfg), 0.1)
     return session, out
 
 
 def test_connecting_turns_data_off_asks_for_the_configuration_and_the_header() -> None:
-    session = GatewaySession(SessionSettings(s.STREAM))
+    session = GatewaySession(SessionSettings(s.STREAM, command_gap_s=0.0))
     assert session.state is LinkState.DISCONNECTED
     out = session.connected(0.0)
     assert commands(out) == [Command.DATA_OFF, Command.SEND_CFG2, Command.SEND_HEADER]
     assert session.state is LinkState.CONFIGURING
-    cfg3 = GatewaySession(SessionSettings(s.STREAM, cfg3=True, request_header=False))
+    cfg3 = GatewaySession(SessionSettings(s.STREAM, command_gap_s=0.0, cfg3=True, request_header=False))
     assert commands(cfg3.connected(0.0)) == [Command.DATA_OFF, Command.SEND_CFG3]
 
 
@@ -105,7 +105,7 @@ def test_the_configuration_change_bit_asks_again_and_a_new_channel_is_planned() 
     assert commands(out) == [Command.SEND_CFG2]
     changed = session.tcp_bytes(s.cfg_bytes(new), 7.4)
     assert [c.variable for c in changed.plans[0].channels][-2:] == ["ANALOG2", "BREAKER_1_STATUS"]
-    assert changed.plans[0].blocks[0].channels[0].attributes_dict["config_count"] == "23"
+    assert changed.plans[0].config.pmus[0].config_count == 23
     assert session.stats.config_changes == 1 and session.state is LinkState.STREAMING
     out = session.tcp_bytes(s.data(new, 4), 7.5)  # falling edge: ask once more (the change is done) ...
     assert len(out.samples) == 1 and len(out.samples[0].values) == 7
@@ -138,7 +138,7 @@ def test_bad_input_is_counted_and_the_other_pmus_keep_publishing() -> None:
 
 
 def test_data_before_any_configuration_is_counted_not_published() -> None:
-    session = GatewaySession(SessionSettings(s.STREAM))
+    session = GatewaySession(SessionSettings(s.STREAM, command_gap_s=0.0))
     session.connected(0.0)
     out = session.tcp_bytes(s.data(s.config(), 0), 0.1)
     assert out.samples == [] and session.stats.drops.as_dict() == {"no_config": 1}
@@ -146,8 +146,8 @@ def test_data_before_any_configuration_is_counted_not_published() -> None:
 
 
 def test_configuration_timeouts_ask_again_fall_back_to_cfg2_and_then_reconnect() -> None:
-    session = GatewaySession(SessionSettings(s.STREAM, cfg3=True, request_header=False, config_timeout_s=2.0,
-                                             config_attempts=3, cfg3_attempts=1))
+    session = GatewaySession(SessionSettings(s.STREAM, command_gap_s=0.0, cfg3=True, request_header=False,
+                                             config_timeout_s=2.0, config_attempts=3, cfg3_attempts=1))
     assert commands(session.connected(0.0))[-1] == Command.SEND_CFG3
     assert session.tick(1.0).send == []
     assert commands(session.tick(2.0)) == [Command.SEND_CFG2]  # CFG-3 unanswered: CFG-2 from now on
@@ -167,7 +167,7 @@ def test_no_data_while_streaming_means_reconnect_after_at_least_three_frame_peri
 
 
 def test_a_refused_rate_publishes_nothing_but_keeps_reading() -> None:
-    session = GatewaySession(SessionSettings(s.STREAM))
+    session = GatewaySession(SessionSettings(s.STREAM, command_gap_s=0.0))
     session.connected(0.0)
     cfg = s.config(rate=1000)
     out = session.tcp_bytes(s.cfg_bytes(cfg) + s.data(cfg, 0), 0.1)
@@ -175,7 +175,7 @@ def test_a_refused_rate_publishes_nothing_but_keeps_reading() -> None:
 
 
 def test_udp_datagrams_carry_data_and_configurations() -> None:
-    session = GatewaySession(SessionSettings(s.STREAM))
+    session = GatewaySession(SessionSettings(s.STREAM, command_gap_s=0.0))
     cfg = s.config(s.INT_PMU)
     assert session.datagram(s.cfg_bytes(cfg), 0.0).plans
     assert len(session.datagram(s.data(cfg, 0), 0.1).samples) == 1
@@ -198,7 +198,21 @@ def test_a_device_command_is_counted_and_ignored() -> None:
 
 @pytest.mark.parametrize("frame_type", [FrameType.CFG1])
 def test_cfg1_is_counted_not_applied(frame_type: FrameType) -> None:
-    session = GatewaySession(SessionSettings(s.STREAM))
+    session = GatewaySession(SessionSettings(s.STREAM, command_gap_s=0.0))
     session.connected(0.0)
     out = session.tcp_bytes(s.cfg_bytes(s.config(frame_type=frame_type)), 0.1)
     assert out.plans == [] and session.stats.frames == {"cfg1": 1} and session.state is LinkState.CONFIGURING
+
+
+def test_commands_go_one_per_gap_as_simple_devices_read_them() -> None:
+    session = GatewaySession(SessionSettings(s.STREAM, command_gap_s=0.1))
+    assert commands(session.connected(0.0)) == [Command.DATA_OFF]
+    assert commands(session.tick(0.05)) == []
+    assert commands(session.tick(0.1)) == [Command.SEND_CFG2]
+    assert commands(session.tick(0.2)) == [Command.SEND_HEADER]
+    out = session.tcp_bytes(s.cfg_bytes(s.config()), 0.25)
+    assert commands(out) == [] and session.state is LinkState.STREAMING
+    assert commands(session.tick(0.31)) == [Command.DATA_ON]
+    assert session.stats.commands_sent == 4
+    session.connected(1.0)  # a new connection forgets what the old one had queued
+    assert session.stats.commands_sent == 5

@@ -30,7 +30,7 @@ from gridstat.gateways.pmu.transport import DatagramReceiver, DeviceConnection
 log = logging.getLogger(__name__)
 
 #: How often the session's timeouts are looked at.
-TICK_S = 0.25
+TICK_S = 0.05
 
 
 @dataclass(frozen=True)

@@ -271,8 +271,7 @@ def plan_stream(config: ConfigFrame, names: NameMap | None = None) -> StreamPlan
         stn = pmu.station_name
         publisher = names.stations.get(stn) or sanitize_name(stn, f"pmu{pmu.idcode}")
         common = [("station", _attribute_text(stn)), ("idcode", str(pmu.idcode)),
-                  ("stream_idcode", str(config.idcode)), ("nominal_frequency_hz", str(pmu.nominal_frequency_hz)),
-                  ("config_count", str(pmu.config_count))]
+                  ("stream_idcode", str(config.idcode)), ("nominal_frequency_hz", str(pmu.nominal_frequency_hz))]
         channels: list[ChannelSpec] = []
 
         def add(key_name: str, default: str, fallback: str, kind: str, type_: TypeSpec,

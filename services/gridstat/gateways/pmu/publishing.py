@@ -54,12 +54,19 @@ class StationPublishers:
         return dict(self._registered)
 
     def want(self, plan: StreamPlan) -> None:
-        """Register the variables of ``plan`` (in the background); a variable whose type, interval or
-        attributes changed is registered again and not published until it is."""
+        """Register the variables of ``plan`` (in the background). A variable whose type or rate changed
+        is registered again and not published until the broker takes it (it refuses a registered name
+        of another type: ``registration_errors``); one whose attributes alone changed keeps its
+        registration."""
         for spec in plan.channels:
             name = spec.full_name
             self._wanted[name] = spec
-            if self._registered.get(name, spec) != spec:
+            old = self._registered.get(name)
+            if old is None or old == spec:
+                continue
+            if (old.type, old.interval_ms, old.frames_per_s) == (spec.type, spec.interval_ms, spec.frames_per_s):
+                self._registered[name] = spec  # attributes alone: the broker keeps the first ones
+            else:
                 self._handles.pop(name, None)
         self._wake.set()
 

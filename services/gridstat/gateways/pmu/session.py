@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import logging
+from collections import deque
 from dataclasses import dataclass, field
 
 from gridstat.core import wire
@@ -79,6 +80,9 @@ class SessionSettings:
     config_change_poll_s: float = 5.0
     #: Ask for the configuration this often while streaming (0: only when needed).
     config_poll_s: float = 0.0
+    #: The shortest gap between two commands: one command per TCP segment, as simple devices read
+    #: them (pypmu reads one frame per ``recv``); 0 sends them together.
+    command_gap_s: float = 0.1
 
     def __post_init__(self) -> None:
         if not 0 <= self.idcode <= 0xFFFF:
@@ -86,7 +90,7 @@ class SessionSettings:
         for name in ("config_timeout_s", "data_timeout_s", "config_retry_s", "config_change_poll_s"):
             if not getattr(self, name) > 0:
                 raise ValidationError(f"{name} must be positive, got {getattr(self, name)}", field=name)
-        if self.config_poll_s < 0 or self.config_attempts < 1 or self.cfg3_attempts < 1:
+        if self.config_poll_s < 0 or self.command_gap_s < 0 or self.config_attempts < 1 or self.cfg3_attempts < 1:
             raise ValidationError("config_poll_s must not be negative and the attempts at least 1",
                                   field="config_poll_s")
 
@@ -143,6 +147,9 @@ class GatewaySession:
         self._flag_asked_s = 0.0
         self._misses_seen = 0
         self._data_timeout_s = settings.data_timeout_s
+        #: Commands waiting for ``command_gap_s`` after the previous one.
+        self._commands: deque[bytes] = deque()
+        self._command_sent_s = float("-inf")
 
     # -- state ------------------------------------------------------------------------------------
 
@@ -163,15 +170,19 @@ class GatewaySession:
         self._config_attempts = 0
         self._config_wanted = False
         self._last_data_s = None
+        self._commands.clear()
+        self._command_sent_s = float("-inf")
         self._command(out, Command.DATA_OFF)
         self._ask_config(out, now_s)
         if self.settings.request_header:
             self._command(out, Command.SEND_HEADER)
+        self._flush(out, now_s)
         return out
 
     def disconnected(self, why: str) -> None:
         """The connection ended: a partial frame is counted (``truncated``); configurations stay."""
         self.decoder.close()
+        self._commands.clear()
         self._flag_set = False
         self._set_state(LinkState.DISCONNECTED, why)
 
@@ -179,7 +190,9 @@ class GatewaySession:
         """The gateway stops: turn data off (when connected)."""
         out = Output()
         if self.state in (LinkState.CONFIGURING, LinkState.STREAMING):
-            self._command(out, Command.DATA_OFF)
+            self._commands.clear()
+            out.send.append(self._command_frame(Command.DATA_OFF))
+            self.stats.commands_sent += 1
         return out
 
     # -- input ------------------------------------------------------------------------------------
@@ -219,6 +232,7 @@ class GatewaySession:
                 out.close = f"no configuration after {self._config_attempts} requests"
                 return out
             self._ask_config(out, now_s)
+            self._flush(out, now_s)
         elif self.state is LinkState.STREAMING:
             last = self._last_data_s if self._last_data_s is not None else self._streaming_since_s
             if now_s - last >= self._data_timeout_s:
@@ -328,6 +342,18 @@ class GatewaySession:
             if asked is None or now_s - asked >= self.settings.config_retry_s:
                 self._config_wanted = False
                 self._ask_config(out, now_s)
+        self._flush(out, now_s)
+
+    def _flush(self, out: Output, now_s: float) -> None:
+        """Send the commands that are due: one per ``command_gap_s`` (all at once with a gap of 0)."""
+        queue = self._commands
+        gap = self.settings.command_gap_s
+        while queue and now_s - self._command_sent_s >= gap:
+            out.send.append(queue.popleft())
+            self._command_sent_s = now_s
+            self.stats.commands_sent += 1
+            if gap:
+                break
 
     def _ask_config(self, out: Output, now_s: float) -> None:
         self._command(out, Command.SEND_CFG3 if self._use_cfg3 else Command.SEND_CFG2)
@@ -336,6 +362,9 @@ class GatewaySession:
         self.stats.config_requests += 1
 
     def _command(self, out: Output, command: Command) -> None:
+        """Queue ``command`` (``_flush`` sends it)."""
+        self._commands.append(self._command_frame(command))
+
+    def _command_frame(self, command: Command) -> bytes:
         # SOC 0: the session reads no wall clock, and a device acts on CMD alone (6.6, Table 14).
-        out.send.append(build_frame(CommandFrame(self.settings.idcode, 0, 0, command)))
-        self.stats.commands_sent += 1
+        return build_frame(CommandFrame(self.settings.idcode, 0, 0, command))

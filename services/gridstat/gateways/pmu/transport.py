@@ -57,14 +57,13 @@ class DatagramReceiver(asyncio.DatagramProtocol):
                    on_datagram: Callable[[bytes, tuple[str, int]], None]) -> tuple[DatagramReceiver, int]:
         """The receiver and the port bound (``port`` 0: any). Raises OSError when the port is taken."""
         loop = asyncio.get_running_loop()
-        _, protocol = await loop.create_datagram_endpoint(lambda: cls(on_datagram), local_addr=(host, port))
-        assert protocol.transport is not None
-        bound = int(protocol.transport.get_extra_info("sockname")[1])
-        return protocol, bound
+        transport, protocol = await loop.create_datagram_endpoint(lambda: cls(on_datagram), local_addr=(host, port))
+        protocol.transport = transport  # uvloop may call connection_made only after this returns
+        return protocol, int(transport.get_extra_info("sockname")[1])
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.DatagramTransport)
-        self.transport = transport
+        # uvloop's UDP transport is not an asyncio.DatagramTransport subclass, but has its methods.
+        self.transport = transport  # type: ignore[assignment]
 
     def datagram_received(self, data: bytes, addr: tuple[str | object, int]) -> None:
         self._on_datagram(data, (str(addr[0]), int(addr[1])))

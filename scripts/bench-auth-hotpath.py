@@ -1,7 +1,9 @@
-"""ns/event of the router's hot path (Forwarder.process) with and without a channel key (docs/security.md).
+"""ns/event of the router's hot path (Forwarder.process) with and without a channel key (docs/security.md),
+and for a variable at a device frame rate (docs/frame-rates.md).
 
 10-event datagrams, 2 routes (close variant), 20,000 datagrams per run, best of 7 runs.
-Usage: .venv/bin/python scripts/bench-auth-hotpath.py [--key]
+Usage: .venv/bin/python scripts/bench-auth-hotpath.py [--key] [--frames]
+(--frames: the variable at 100 frames/s, its routes every frame and every 2nd frame, the same events)
 """
 
 from __future__ import annotations
@@ -37,8 +39,9 @@ def main() -> None:
     for _ in range(7):
         targets: dict[tuple[str, int], Target] = {}
         table = RoutingTable(Variant.CLOSE, lambda c, p, t=targets: t.setdefault((c, p), Target()))  # type: ignore[misc]
-        table.install(Route("1", 1, 0, "a", 10, 1), pub_interval_ms=10)
-        table.install(Route("2", 1, 0, "b", 20, 1), pub_interval_ms=10)
+        frames = 100 if "--frames" in sys.argv else 0
+        table.install(Route("1", 1, 0, "a", 10, 1), pub_interval_ms=10, frames_per_s=frames)
+        table.install(Route("2", 1, 0, "b", 20, 1), pub_interval_ms=10, frames_per_s=frames)
         fw = Forwarder(table)
         ch = EventChannel(name="pub", peer_id=7, kind=ChannelKind.PUBLISHER, address=None, sender_id=1)
         if key:
@@ -49,7 +52,8 @@ def main() -> None:
             fw.process(d, now)
         best = min(best, (time.perf_counter_ns() - t0) / (n * 10))
         assert fw.events_in == n * 10 and not fw.drops, dict(fw.drops)
-    print(f"{'keyed' if key else 'no key'}: {best:.1f} ns/event (best of 7, {n} datagrams x 10 events)")
+    what = ("keyed" if key else "no key") + (", 100 frames/s" if "--frames" in sys.argv else "")
+    print(f"{what}: {best:.1f} ns/event (best of 7, {n} datagrams x 10 events)")
 
 
 if __name__ == "__main__":

@@ -186,6 +186,8 @@ authorization reads (docs/security.md, "Control by role"). input: the role.
 {{- if .Values.parent.enabled }}{{ $roles = append $roles "parent" }}{{ end -}}
 {{- if .Values.admission.enabled }}{{ $roles = append $roles "admission" }}{{ end -}}
 {{- if .Values.condensationHost.enabled }}{{ $roles = append $roles "condense" }}{{ end -}}
+{{- range .Values.c37118.gateways }}{{ $roles = append $roles (printf "pmu-gateway-%s" .name) }}{{ end -}}
+{{- range .Values.c37118.pdcServers }}{{ $roles = append $roles (printf "pdc-%s" .name) }}{{ end -}}
 {{- toJson $roles -}}
 {{- end -}}
 
@@ -258,6 +260,11 @@ covered. input: (dict "root" $ "role" "broker-a"). output: JSON list.
 {{- $services = list (include "gridstat.roleName" (dict "root" $root "role" "admission")) -}}
 {{- end -}}
 {{- $names := list (include "gridstat.tlsIdentity" .role) -}}
+{{- if hasPrefix "pmu-gateway-" .role -}}
+{{- /* A gateway publishes as each of its device's stations (docs/pmu-gateway.md, "Security"). */ -}}
+{{- $gwName := trimPrefix "pmu-gateway-" .role -}}
+{{- range $root.Values.c37118.gateways }}{{ if eq .name $gwName }}{{ $names = concat $names (.stations | default list) }}{{ end }}{{ end -}}
+{{- end -}}
 {{- range $services -}}
 {{- $names = concat $names (list (printf "%s%s" $prefix .) (printf "%s%s.%s" $prefix . $ns) (printf "%s%s.%s.svc" $prefix . $ns) (printf "%s%s.%s.svc.%s" $prefix . $ns $domain)) -}}
 {{- end -}}
@@ -382,6 +389,7 @@ key and the fix. Called from NOTES.txt and from the operator's Deployment, so it
 {{- $messages = append $messages (include "gridstat.validateValues.tls" .) -}}
 {{- $messages = append $messages (include "gridstat.validateValues.dataPlaneAuth" .) -}}
 {{- $messages = append $messages (include "gridstat.validateValues.condensationHost" .) -}}
+{{- $messages = append $messages (include "gridstat.validateValues.c37118" .) -}}
 {{- $messages = without $messages "" -}}
 {{- if $messages -}}
 {{- printf "\nVALUES VALIDATION:\n%s" (join "\n" $messages) | fail -}}
@@ -479,6 +487,25 @@ security.insecure: tls.enabled=false turns off mTLS: anyone who can reach a gRPC
 {{- if and (not .Values.dataPlaneAuth.enabled) (not .Values.security.insecure) -}}
 security.insecure: dataPlaneAuth.enabled=false turns off datagram authentication: anyone who can send UDP to a router could forge events (docs/security.md). Set security.insecure=true to acknowledge it, or leave dataPlaneAuth.enabled=true (the key is generated on install).
 {{ end -}}
+{{- end -}}
+
+{{- define "gridstat.validateValues.c37118" -}}
+{{- $root := . -}}
+{{- $sims := list -}}
+{{- range .Values.c37118.simulators }}{{ $sims = append $sims .name }}{{ end -}}
+{{- range $kind, $items := dict "gateways" .Values.c37118.gateways "pdcServers" .Values.c37118.pdcServers -}}
+{{- range $i, $item := $items -}}
+{{- $cloud := default (index $root.Values.clouds 0).name $item.cloud -}}
+{{- $edge := false -}}
+{{- range $root.Values.clouds }}{{ if eq .name $cloud }}{{ range .routers }}{{ if and (eq .name $item.edgeRouter) (eq .role "edge") }}{{ $edge = true }}{{ end }}{{ end }}{{ end }}{{ end -}}
+{{- if not $edge }}
+c37118.{{ $kind }}[{{ $i }}].edgeRouter: {{ $item.edgeRouter | quote }} is not an edge router of cloud {{ $cloud | quote }}.
+{{- end -}}
+{{- if and (eq $kind "gateways") (not $item.device) (not (has $item.simulator $sims)) }}
+c37118.gateways[{{ $i }}]: give device (HOST:PORT) or simulator (one of c37118.simulators: {{ $sims | toJson }}).
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 
 {{- define "gridstat.validateValues.condensationHost" -}}

@@ -317,16 +317,18 @@ class Publisher:
                                   field="variable")
         return PublicationHandle(self, var)
 
-    def publish_many(self, items: Sequence[tuple[PublicationHandle, object]], ts_ms: int | None = None) -> int:
+    def publish_many(self, items: Sequence[tuple[PublicationHandle, object]], ts_ms: int | None = None, *,
+                     options: Sequence[wire.DerivedValue] = ()) -> int:
         """Publish several variables with one timestamp, packed in as few datagrams as the MTU allows
-        (a PMU's phasors of one instant travel together). All are type-checked before any is sent."""
+        (a PMU's phasors of one instant travel together). All are type-checked before any is sent.
+        ``options`` go with every event (a device's time and quality, docs/wire-format.md 3.5)."""
         if not items:
             raise ValidationError("publish_many needs at least one (handle, value)", field="items")
         if ts_ms is None:
             periodic = [h.variable.interval_ms for h, _ in items if not h.variable.alert]
             now = clock.now_ms()
             ts_ms = clock.align_ms(now, min(periodic)) if periodic else now
-        events = [h.encode(v, ts_ms) for h, v in items]
+        events = [h.encode(v, ts_ms, options) for h, v in items]
         self._send(events)
         return ts_ms
 

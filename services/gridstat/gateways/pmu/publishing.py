@@ -73,20 +73,24 @@ class StationPublishers:
     def publish(self, sample: Sample) -> None:
         """Every value of ``sample`` with its device time (hot path: no logging, no blocking)."""
         handles = self._handles
-        options = (sample.device_time,)
-        ts_ms = sample.ts_ms
         stats = self.stats
+        # One station's block of one instant, packed into as few datagrams as fit: per publisher, since
+        # a map (--map) may publish a station's channels under other publishers' names.
+        by_publisher: dict[int, list[tuple[PublicationHandle, object]]] = {}
         for name, value in zip(sample.block.full_names, sample.values, strict=True):
             handle = handles.get(name)
             if handle is None:
                 stats.events_unpublished += 1
-                continue
-            try:
-                handle.publish(value, ts_ms, options=options)
-            except GridStatError:  # a publisher stopped meanwhile, or a value its type refuses
-                stats.events_failed += 1
             else:
-                stats.events_published += 1
+                by_publisher.setdefault(id(handle.publisher), []).append((handle, value))
+        options = (sample.device_time,)
+        for items in by_publisher.values():
+            try:
+                items[0][0].publisher.publish_many(items, sample.ts_ms, options=options)
+            except GridStatError:  # a publisher stopped meanwhile, or a value its type refuses
+                stats.events_failed += len(items)
+            else:
+                stats.events_published += len(items)
 
     async def run(self) -> None:
         """Register what is wanted, for ever (cancel to stop)."""

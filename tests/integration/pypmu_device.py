@@ -208,12 +208,13 @@ def main() -> None:
     with open(args.status, "w") as f:
         f.write(f"READY port={port}\n")
     start = time.time()
-    period = 1.0 / args.rate
-    next_t = math.floor(start / period + 1) * period
+    # Frames are counted in whole numbers from the epoch: a float instant summed period by period
+    # drifts below a second boundary and would stamp frame 0 of the next second with the old SOC.
+    k = math.floor(start * args.rate) + 1
     while time.time() - start < args.duration_s:
+        next_t = k / args.rate
         time.sleep(max(0.0, next_t - time.time()))
-        soc = int(next_t + 1e-9)
-        idx = round((next_t - soc) * args.rate) % args.rate
+        soc, idx = divmod(k, args.rate)
         count = round(idx * TIME_BASE / args.rate)
         elapsed = next_t - start
         stat = 0
@@ -224,8 +225,8 @@ def main() -> None:
                 with lock:
                     state["extra"] = True
                     state["cfg"] = config(True)
-        send(data_frame(state["cfg"], soc * args.rate + idx, soc, count, stat, state["extra"]))
-        next_t += period
+        send(data_frame(state["cfg"], k, soc, count, stat, state["extra"]))
+        k += 1
 
 
 if __name__ == "__main__":

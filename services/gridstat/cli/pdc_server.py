@@ -59,6 +59,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="how long after its instant a frame waits for missing samples (default 100)")
     p.add_argument("--time-base", type=int, default=1_000_000, metavar="N",
                    help="TIME_BASE of the stream (default 1000000)")
+    p.add_argument("--freq-format", choices=("float", "int16"), default="float",
+                   help="FREQ/DFREQ as floats (Hz, Hz/s; default) or 16-bit (mHz off nominal, Hz/s x 100), for "
+                        "PDCs that read a float FREQ as a deviation (pypmu)")
     p.add_argument("--max-open-frames", type=int, default=64, metavar="N",
                    help="instants waiting at most; opening one more sends the oldest (default 64)")
     p.add_argument("--max-clients", type=int, default=64, metavar="N", help="PDC clients at once (default 64)")
@@ -137,7 +140,8 @@ def options_of(args: argparse.Namespace) -> PdcServerOptions:
         listen=parse_host_port(args.listen, "--listen", allow_remote=args.allow_remote), udp_to=udp_to,
         udp_bind=parse_host_port(args.udp_bind, "--udp-bind", allow_remote=args.allow_remote),
         idcode=args.idcode, wait_ms=args.wait_ms, time_base=args.time_base, max_open_frames=args.max_open_frames,
-        max_clients=args.max_clients, tls=tls_files(args), also_edges=[e.strip() for e in args.also_edge])
+        max_clients=args.max_clients, tls=tls_files(args), also_edges=[e.strip() for e in args.also_edge],
+        freq_float=args.freq_format == "float")
 
 
 class PdcServerApp:

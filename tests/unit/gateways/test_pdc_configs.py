@@ -148,6 +148,23 @@ def test_data_frames_carry_float32_values_exactly_and_absent_ones_as_nan() -> No
     assert s2.analogs == (math.inf,) and s2.digitals == (0x8001,)
 
 
+def test_sixteen_bit_freq_for_pdcs_that_read_a_float_freq_as_a_deviation() -> None:
+    served = ServedConfig([channel_of("sub1/va", PHASOR_TYPE, {"nominal_frequency_hz": "50"}),
+                           channel_of("sub1/f", FLOAT, {"kind": "freq"}),
+                           channel_of("sub1/rocof", FLOAT, {"kind": "dfreq"})],
+                          idcode=9, frames_per_s=50, freq_float=False)
+    decoder = StreamDecoder()
+    decoder.feed(served.config_frames(FrameType.CFG2, 0, 0)[0])
+    assert not served.config2.pmus[0].data_format.freq_float
+    [frame] = decoder.feed(served.pack(1_700_000_000, 0, 0, [(1.0, 0.0), 50.012, -0.05], [0]))
+    assert isinstance(frame, DataFrame)
+    (pmu,) = frame.pmus
+    assert (pmu.freq, pmu.dfreq) == (12, -5) and pmu.frequency_hz() == pytest.approx(50.012)
+    [frame] = decoder.feed(served.pack(1_700_000_000, 20_000, 0, [(1.0, 0.0), None, 1e9], [0]))
+    assert isinstance(frame, DataFrame)
+    assert (frame.pmus[0].freq, frame.pmus[0].dfreq) == (-0x8000, 0x7FFF)  # absent; clamped to the field
+
+
 def test_values_are_converted_to_what_their_slot_carries() -> None:
     ph = channel_of("p/v", PHASOR_TYPE, {})
     assert ph.convert({"magnitude": 1.5, "angle": -2.0}) == (1.5, -2.0)

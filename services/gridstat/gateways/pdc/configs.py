@@ -15,6 +15,7 @@ float (6.3.1). ``slot`` numbers the channels in the order they were given; the a
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import math
 import struct
@@ -294,7 +295,7 @@ class ServedConfig:
     """
 
     def __init__(self, channels: Sequence[Channel], *, idcode: int, frames_per_s: int,
-                 time_base: int = DEFAULT_TIME_BASE, name: str = "gridstat") -> None:
+                 time_base: int = DEFAULT_TIME_BASE, name: str = "gridstat", freq_float: bool = True) -> None:
         if not channels:
             raise ValidationError("a stream needs at least one variable", field="variables")
         if not 1 <= idcode <= 0xFFFE:
@@ -313,6 +314,9 @@ class ServedConfig:
         self.frames_per_s = frames_per_s
         self.time_base = time_base
         self.name = name
+        #: FREQ/DFREQ as floats (Hz, Hz/s), or 16-bit (mHz off FNOM, Hz/s x 100: 6.3, Table 6), which
+        #: PDCs that read a float FREQ as a deviation (pypmu) need; docs/pdc-server.md.
+        self.data_format = dataclasses.replace(SERVED_FORMAT, freq_float=freq_float)
         self.blocks = self._blocks()
         #: Station block index of each slot.
         self.slot_stations = tuple(self._station_of_slot())
@@ -393,7 +397,7 @@ class ServedConfig:
             pmus.append(PmuConfig(
                 station_name=b.station if cfg3 else _cut(b.station),
                 idcode=b.idcode,
-                data_format=SERVED_FORMAT,
+                data_format=self.data_format,
                 phasor_names=names(b.phasors),
                 analog_names=names(b.analogs),
                 digital_names=digital_names,
@@ -428,12 +432,15 @@ class ServedConfig:
         """A data frame: ``values`` by slot (None: absent, NaN or 0 for a digital word), ``stats``
         by station block."""
         pmus = []
+        freq_float = self.data_format.freq_float
         for b, stat in zip(self.blocks, stats, strict=True):
+            freq = _float(values[b.freq]) if b.freq is not None else NAN
+            dfreq = _float(values[b.dfreq]) if b.dfreq is not None else NAN
             pmus.append(PmuData(
                 stat=decode_stat(stat),
                 phasors=tuple(_phasor(values[s]) for s in b.phasors),
-                freq=_float(values[b.freq]) if b.freq is not None else NAN,
-                dfreq=_float(values[b.dfreq]) if b.dfreq is not None else NAN,
+                freq=freq if freq_float else _int16((freq - b.nominal_frequency_hz) * 1000),
+                dfreq=dfreq if freq_float else _int16(dfreq * 100),
                 analogs=tuple(_float(values[s]) for s in b.analogs),
                 digitals=tuple(_word(values[s]) for s in b.digitals),
                 config=self.config2.pmus[0],
@@ -448,6 +455,13 @@ def _phasor(v: Value | None) -> tuple[float, float]:
 
 def _float(v: Value | None) -> float:
     return float(v) if isinstance(v, float | int) else NAN
+
+
+def _int16(x: float) -> int:
+    """A 16-bit FREQ or DFREQ: rounded, clamped to the field; NaN is 0x8000, absent (6.3.1)."""
+    if x != x:
+        return -0x8000
+    return max(-0x7FFF, min(0x7FFF, round(x)))
 
 
 def _word(v: Value | None) -> int:

@@ -53,6 +53,8 @@ class PdcServerOptions:
     time_base: int = DEFAULT_TIME_BASE
     max_open_frames: int = 64
     max_clients: int = 64
+    #: FREQ/DFREQ as floats, or 16-bit (``ServedConfig.data_format``).
+    freq_float: bool = True
     tls: TlsFiles | None = None
     also_edges: Sequence[str] = ()
     subscriber_host: str = "127.0.0.1"
@@ -114,7 +116,8 @@ class PdcServer:
                 self._slots[sub.variable.variable_id] = slot
                 check_rate(sub, o.frames_per_s)
             config = ServedConfig([channel_of_variable(s.variable) for s in self.subscriptions], idcode=o.idcode,
-                                  frames_per_s=o.frames_per_s, time_base=o.time_base, name=o.name)
+                                  frames_per_s=o.frames_per_s, time_base=o.time_base, name=o.name,
+                                  freq_float=o.freq_float)
             stream = ServedStream(config, wait_ms=o.wait_ms, max_open_frames=o.max_open_frames)
             self.listener = TcpListener(stream, self.commands, self.transport_stats, host=o.listen[0],
                                         port=o.listen[1], max_clients=o.max_clients)

@@ -64,6 +64,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     h.add_argument("--subs", type=int, default=0, help="affected subscriptions (default 1,000)")
     h.add_argument("--reps", type=int, default=0, help="repetitions (default 3, quick 1)")
     _write_args(h)
+    pm = sub.add_parser("pmu", help="C37.118 in and out: 100 PMUs x 10 phasors at 60 frames/s through pmu-gateway, "
+                                     "two routers and pdc-server (docs/interop.md)")
+    pm.add_argument("--quick", action="store_true", help="a shorter window, one repetition")
+    pm.add_argument("--pmus", type=int, default=100, help="PMUs in the simulated stream (default 100)")
+    pm.add_argument("--reps", type=int, default=0, help="repetitions (default 3, quick 1)")
+    _write_args(pm)
     granularity.add_parsers(sub, _write_args)
     s = sub.add_parser("shapes", help="the dissertation's multicast-with-filtering and condensation experiments "
                                       "(Tables 8.28-8.32, 8.37-8.47): shapes beside its figures")
@@ -165,6 +171,12 @@ def run(args: argparse.Namespace) -> int:
         runs = heal.run_heal_bench(subs=args.subs or (200 if args.quick else 1_000),
                                    reps=args.reps or (1 if args.quick else 3), log=_log)
         return _publish(heal.report(runs, report.facts_md(facts)), target, "heal")
+    if args.bench == "pmu":
+        from gridstat.bench import pmu
+
+        pmu_runs = pmu.run_pmu_bench(pmus=args.pmus, reps=args.reps or (1 if args.quick else 3), quick=args.quick,
+                                     log=_log)
+        return _publish(pmu.report(pmu_runs, report.facts_md(facts)), target, "pmu")
     if args.bench == "auth":
         from gridstat.bench import auth
 

@@ -59,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
 
     async def main() -> None:
         await server.start()
+        print(f"READY name=pmu-sim port={server.port}", flush=True)
         print(json.dumps({"kind": "pmu-sim", "listen": server.address, "idcode": args.idcode,
                           "stations": args.stations, "frames_per_s": args.frames_per_s,
                           "udp_to": args.udp_to}), flush=True)

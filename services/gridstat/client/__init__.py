@@ -9,6 +9,7 @@ exist the caller installs routes.
 Layer: runtime (the README's layout table; ``.importlinter`` keeps it from importing any tool).
 """
 
+from gridstat.client.blocks import EventBlock
 from gridstat.client.extrapolation import Extrapolation, register_extrapolation, unregister_extrapolation
 from gridstat.client.holders import Holder, Violation
 from gridstat.client.publisher import AlertTooEarly, PublicationHandle, Publisher
@@ -28,6 +29,7 @@ __all__ = [
     "AdmissionNote",
     "AlertTooEarly",
     "EdgeSession",
+    "EventBlock",
     "Extrapolation",
     "Holder",
     "ModeQoS",

@@ -61,6 +61,45 @@ class EdgeLeg:
     key: bytes | None
 
 
+class SkipNotes:
+    """Skipped instants of a periodic variable (docs/wire-format.md 3.4): the newest published
+    timestamp, the instants skipped in all, and which of the SKIP_BITS instants before the newest one
+    were skipped."""
+
+    __slots__ = ("_bits", "_last_ts", "skipped", "variable")
+
+    def __init__(self, var: StatusVariable) -> None:
+        self.variable = var
+        self._last_ts: int | None = None
+        self.skipped = 0
+        self._bits = 0
+
+    def note(self, ts_ms: int, options: Sequence[wire.DerivedValue]) -> tuple[int, Sequence[wire.DerivedValue]]:
+        """The instants skipped right before ``ts_ms`` and ``options``, with the SKIPPED option added
+        while any of the last ``run + SKIP_BITS`` instants was skipped."""
+        last = self._last_ts
+        if last is not None and ts_ms <= last:
+            return 0, options  # the same instant again, or an older one: not a skip
+        self._last_ts = ts_ms
+        if last is None:
+            return 0, options
+        var = self.variable
+        if var.frames_per_s:  # whole frames of 1000/R ms (docs/frame-rates.md)
+            rate = var.frames_per_s
+            run = (ts_ms * rate + 500) // 1000 - (last * rate + 500) // 1000 - 1
+        else:
+            run = (ts_ms - last) // var.effective_interval_ms - 1
+        run = max(run, 0)  # closer than one interval (a stamp off the grid): the next instant
+        older = self._bits
+        self._bits = 0xFFFF_FFFF if run >= wire.SKIP_BITS else ((1 << run) - 1 | older << (run + 1)) & 0xFFFF_FFFF
+        if run > 0:
+            self.skipped += run
+        elif not older:
+            return 0, options
+        return run, (*options, wire.DerivedValue(wire.OptionKind.SKIPPED, min(run, 0xFFFF), float(self.skipped),
+                                                 older))
+
+
 class PublicationHandle:
     """One status variable of a publisher; ``publish`` encodes and sends one event."""
 
@@ -68,11 +107,12 @@ class PublicationHandle:
         self.publisher = publisher
         self.variable = var
         self._last_alert_ms: int | None = None
-        #: Skipped instants (docs/wire-format.md 3.4): the newest published timestamp, the instants
-        #: skipped in all, and which of the SKIP_BITS instants before the newest one were skipped.
-        self._last_ts: int | None = None
-        self.skipped = 0
-        self._skip_bits = 0
+        self._skips = SkipNotes(var)
+
+    @property
+    def skipped(self) -> int:
+        """Instants of this variable its publisher skipped (docs/wire-format.md 3.4)."""
+        return self._skips.skipped
 
     def encode(self, value: object, ts_ms: int, options: Sequence[wire.DerivedValue] = ()) -> bytes:
         """Check the type and the alert rate, then encode; raises TypeMismatch or AlertTooEarly."""
@@ -93,30 +133,12 @@ class PublicationHandle:
         return wire.encode_event(wire.Event(ts_ms, var.variable_id, data, flags, tuple(options)))
 
     def _note_skips(self, ts_ms: int, options: Sequence[wire.DerivedValue]) -> Sequence[wire.DerivedValue]:
-        """Count the instants skipped since the newest published one and, while any of the last
-        ``run + SKIP_BITS`` instants was skipped, add the SKIPPED option that tells subscribers which
-        of their missing events were never published (docs/wire-format.md 3.4)."""
-        last = self._last_ts
-        if last is not None and ts_ms <= last:
-            return options  # the same instant again, or an older one: not a skip
-        self._last_ts = ts_ms
-        if last is None:
-            return options
-        var = self.variable
-        if var.frames_per_s:  # whole frames of 1000/R ms (docs/frame-rates.md)
-            rate = var.frames_per_s
-            run = (ts_ms * rate + 500) // 1000 - (last * rate + 500) // 1000 - 1
-        else:
-            run = (ts_ms - last) // var.effective_interval_ms - 1
-        older = self._skip_bits
-        self._skip_bits = 0xFFFF_FFFF if run >= wire.SKIP_BITS else \
-            ((1 << run) - 1 | older << (run + 1)) & 0xFFFF_FFFF
-        if run > 0:
-            self.skipped += run
+        """Count the instants skipped since the newest published one and tell subscribers which of
+        their missing events were never published (``SkipNotes``, docs/wire-format.md 3.4)."""
+        run, options = self._skips.note(ts_ms, options)
+        if run:
             self.publisher.stats.skipped += run
-        elif not older:
-            return options
-        return (*options, wire.DerivedValue(wire.OptionKind.SKIPPED, min(run, 0xFFFF), float(self.skipped), older))
+        return options
 
     def default_ts(self) -> int:
         """Now, aligned to the publication interval (alerts are aperiodic: not aligned)."""
@@ -333,33 +355,42 @@ class Publisher:
         return ts_ms
 
     def _send(self, events: list[bytes]) -> None:
+        for batch in wire.pack_events(events, mtu=self.payload_mtu + wire.HEADER_SIZE):
+            self._emit(len(batch), b"".join(batch))
+
+    @property
+    def payload_mtu(self) -> int:
+        """The bytes of events one datagram may carry: the MTU less the header and any tag."""
+        keyed = self.key is not None or any(leg.key is not None for leg in self.legs)
+        return self.mtu - wire.HEADER_SIZE - (wire.AUTH_TAG_LEN if keyed else 0)
+
+    def _emit(self, count: int, body: bytes) -> None:
+        """One events datagram of ``count`` encoded events (``body``): to the edge router and every
+        other edge router of a multi-homed publisher, signed per channel. Never blocks: counted."""
         sock = self._sock
         if sock is None or self._state != "started":
             raise ValidationError(f"publisher {self.name} is not started", field="state")
-        key = self.key
-        legs = self.legs
-        keyed = key is not None or (bool(legs) and any(leg.key is not None for leg in legs))
-        for batch in wire.pack_events(events, mtu=self.mtu - wire.AUTH_TAG_LEN if keyed else self.mtu):
-            self._sequence = (self._sequence + 1) & 0xFFFF_FFFF
-            plain = wire.encode_datagram(self.publisher_id, self._sequence, batch)
-            sent = False
+        key, legs = self.key, self.legs
+        self._sequence = (self._sequence + 1) & 0xFFFF_FFFF
+        plain = wire.encode_header(wire.KIND_EVENTS, self.publisher_id, self._sequence, count) + body
+        sent = False
+        try:
+            sock.sendto(wire.sign_datagram(key, plain) if key is not None else plain, self.edge)
+            sent = True
+        except OSError:  # BlockingIOError (buffer full) or ICMP refusal: never block, count
+            if legs:
+                self.stats.edge_send_errors += 1
+        for leg in legs:  # a multi-homed publisher: the same datagram to each edge router, its own tag
             try:
-                sock.sendto(wire.sign_datagram(key, plain) if key is not None else plain, self.edge)
+                sock.sendto(wire.sign_datagram(leg.key, plain) if leg.key is not None else plain, leg.address)
                 sent = True
-            except OSError:  # BlockingIOError (buffer full) or ICMP refusal: never block, count
-                if legs:
-                    self.stats.edge_send_errors += 1
-            for leg in legs:  # a multi-homed publisher: the same datagram to each edge router, its own tag
-                try:
-                    sock.sendto(wire.sign_datagram(leg.key, plain) if leg.key is not None else plain, leg.address)
-                    sent = True
-                except OSError:
-                    self.stats.edge_send_errors += 1
-            if not sent:
-                self.stats.dropped += len(batch)
-                continue
-            self.stats.published += len(batch)
-            self.stats.datagrams += 1
+            except OSError:
+                self.stats.edge_send_errors += 1
+        if not sent:
+            self.stats.dropped += count
+            return
+        self.stats.published += count
+        self.stats.datagrams += 1
 
     async def run_periodic(self, handle: PublicationHandle, value_fn: Callable[[int], object], *,
                            count: int | None = None) -> int:

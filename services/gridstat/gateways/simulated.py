@@ -270,6 +270,9 @@ class DeviceServer:
         k = time.time_ns() * rate // 1_000_000_000 + 1
         while True:
             due_ns = k * 1_000_000_000 // rate
+            # Built ahead of its instant, so it leaves at the instant (a 100-PMU frame takes ~1 ms).
+            frame = device.data(k, stat=self.stat_override.get(k, _STAT_GOOD)) \
+                if self._udp_on or any(c.data_on for c in self._clients) else None
             delay = (due_ns - time.time_ns()) / 1e9
             if delay > 0:
                 await asyncio.sleep(delay)
@@ -279,7 +282,8 @@ class DeviceServer:
                 continue
             receivers = [c for c in self._clients if c.data_on]
             if receivers or self._udp_on:
-                frame = device.data(k, stat=self.stat_override.get(k, _STAT_GOOD))
+                if frame is None:
+                    frame = device.data(k, stat=self.stat_override.get(k, _STAT_GOOD))
                 for c in receivers:
                     if not c.writer.is_closing():
                         c.writer.write(frame)

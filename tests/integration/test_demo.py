@@ -120,6 +120,11 @@ def test_up_runs_the_default_utility_on_the_brokers_and_stops_cleanly() -> None:
     router_rows = {r["name"]: r for r in rows if r["_kind"] == "router"}
     assert set(router_rows) == set(routers)
     assert sum(int(r["forwarded"]) for r in router_rows.values()) > 0
+    # The C37.118 PMUs (a simulated device read by a pmu-gateway) at exactly 60 frames/s: the full-rate
+    # subscription expects 60.00 events/s, not the 58.82 of a 17 ms period (docs/frame-rates.md).
+    devices = [p for p in topology.publishers if p.device is not None]
+    assert devices and all(f"publisher name={p.name} " in out and "fed=c37118" in out for p in devices)
+    assert subs["ems-a-freq"]["expected_per_s"] == "60.00" and subs["ems-a-freq"]["gaps"] == "0"
 
 
 def test_up_stops_on_sigterm_and_sigint() -> None:

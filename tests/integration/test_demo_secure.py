@@ -28,7 +28,8 @@ pytestmark = pytest.mark.integration
 
 ROUTER_RE = re.compile(r"^\s+router name=(\S+) role=\S+ cloud=\S+ pid=\d+ port=(\d+) control_port=(\d+)$", re.M)
 BROKER_RE = re.compile(r"^\s+broker name=(\S+) role=(leaf|parent) pid=\d+ port=(\d+)$", re.M)
-PUBLISHER_RE = re.compile(r"^\s+publisher name=(\S+) edge=(\S+) id=(\d+) signed=(yes|no) variables=(\S+)$", re.M)
+PUBLISHER_RE = re.compile(r"^\s+publisher name=(\S+) edge=(\S+) id=(\d+) signed=(yes|no)"
+                          r"(?: fed=c37118 device=\S+ idcode=\d+ frames_per_s=\d+)? variables=(\S+)$", re.M)
 FORGED_VALUE = -999.0
 FORGED = 10  # instants; two datagrams each (unsigned, and signed with a wrong key)
 

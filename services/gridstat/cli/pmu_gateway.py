@@ -30,7 +30,7 @@ from typing import Any
 from gridstat.cli.common import EXIT_CODES_HELP, EXIT_OK
 from gridstat.cli.traffic import Runner, check_edge, check_positive, tls_files
 from gridstat.core import clock, serving
-from gridstat.core.model import PRIORITY_LOW, check_name
+from gridstat.core.model import PRIORITY_LOW, check_name, split_variable_name
 from gridstat.core.tls import TlsFiles
 from gridstat.errors import ValidationError
 from gridstat.gateways.pmu import GatewayOptions, NameMap, PmuGateway, load_name_map
@@ -59,6 +59,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--edge", required=True, metavar="HOST:PORT", help="control port of the edge router")
     p.add_argument("--map", default=None, metavar="FILE",
                    help='YAML or JSON: "STN/CHNAM": "publisher/variable" and "STN": "publisher" (docs/pmu-gateway.md)')
+    p.add_argument("--only", default=None, metavar="LIST",
+                   help="publish only these variables (publisher/variable, comma-separated, after --map); the "
+                        "device's other channels are neither registered nor sent")
     p.add_argument("--priority", type=int, default=1, metavar="P", help="0 alert .. 6 low (default 1)")
     p.add_argument("--name", default="pmu-gateway", metavar="NAME", help="this gateway's name in its stats lines")
     p.add_argument("--stats-every-s", type=float, default=1.0, metavar="S",
@@ -150,7 +153,12 @@ def stats(args: argparse.Namespace, runner: Runner, gateway: PmuGateway, *, fina
 async def _run(args: argparse.Namespace, options: GatewayOptions, names: NameMap, tls: TlsFiles | None) -> int:
     runner = Runner("pmu-gateway", args)
     runner.install()
-    gateway = PmuGateway(options, names=names, tls=tls)
+    only = None
+    if args.only is not None:
+        only = frozenset(n.strip() for n in args.only.split(",") if n.strip())
+        for n in only:
+            split_variable_name(n)
+    gateway = PmuGateway(options, names=names, tls=tls, only=only)
     udp = ""
     if options.data == "udp":
         try:

@@ -38,7 +38,7 @@ from gridstat.client import (
     Subscription,
     SubscriptionRejected,
 )
-from gridstat.core import clock
+from gridstat.core import clock, filtering
 from gridstat.core.aio import create_guarded_task
 from gridstat.core.tls import TlsFiles
 from gridstat.demo import topology as topo
@@ -132,10 +132,14 @@ class SubscriptionEndpoint:
 
     @property
     def effective_interval_ms(self) -> int:
-        return topo.effective_interval_ms(self.spec.interval_ms, self.variable.interval_ms)
+        return topo.effective_interval_ms(self.spec.interval_ms, self.variable.interval_ms,
+                                          self.variable.frames_per_s)
 
     @property
     def expected_rate(self) -> float:
+        rate = self.variable.frames_per_s
+        if rate:  # whole frames (docs/frame-rates.md)
+            return rate / filtering.frames_in(self.effective_interval_ms, rate)
         return 1000.0 / self.effective_interval_ms
 
     @property

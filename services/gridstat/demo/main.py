@@ -58,6 +58,7 @@ from gridstat.core import access, clock
 from gridstat.core.aio import install_fast_loop
 from gridstat.core.tls import TlsFiles
 from gridstat.demo import localtls
+from gridstat.demo.devices import DeviceEndpoint
 from gridstat.demo.endpoints import PublisherEndpoint, SubscriptionEndpoint, format_offer
 from gridstat.demo.localtls import leaf_broker_identity
 from gridstat.demo.processes import BrokerProcess, RouterProcess, StartupError, parent_role_available
@@ -178,7 +179,7 @@ class Runner:
         self.leaves: dict[str, BrokerProcess] = {}
         self.routers: dict[str, RouterProcess] = {}
         self.subscriptions: list[SubscriptionEndpoint] = []
-        self.publishers: list[PublisherEndpoint] = []
+        self.publishers: list[PublisherEndpoint | DeviceEndpoint] = []
         self.notes: list[str] = []
         self._unregistered_links = 0
         self.stop_event = asyncio.Event()
@@ -267,8 +268,8 @@ class Runner:
         if self.stop_event.is_set():
             return
         # Publishers first: a subscription names a variable the broker must already know.
-        self.publishers = [PublisherEndpoint(p, self.routers[p.edge].control_address, self._client_tls(p.name))
-                           for p in t.publishers]
+        self.publishers = [(DeviceEndpoint if p.device is not None else PublisherEndpoint)(
+            p, self.routers[p.edge].control_address, self._client_tls(p.name)) for p in t.publishers]
         try:
             await self._until_stopped(asyncio.gather(*(p.connect() for p in self.publishers)))
         except GridStatError as exc:
@@ -278,8 +279,12 @@ class Runner:
         for pe in self.publishers:
             if pe.publisher is not None:
                 variables = ",".join(f"{name}={h.variable.variable_id}" for name, h in pe.handles.items())
+                feed = ""
+                if isinstance(pe, DeviceEndpoint) and pe.spec.device is not None:
+                    feed = (f" fed=c37118 device=127.0.0.1:{pe.server.port} idcode={pe.idcode} "
+                            f"frames_per_s={pe.spec.device.frames_per_s}")
                 self.say(f"  publisher name={pe.spec.name} edge={pe.spec.edge} id={pe.publisher.publisher_id} "
-                         f"signed={'yes' if pe.publisher.key else 'no'} variables={variables}")
+                         f"signed={'yes' if pe.publisher.key else 'no'}{feed} variables={variables}")
         for s in t.subscriptions:
             ep = SubscriptionEndpoint(s, t.variable(s.variable), self.routers[s.edge].control_address,
                                       tls=self._client_tls(s.name))

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from gridstat.core import filtering, yamldoc
-from gridstat.core.model import NAME_PATTERN, PRIORITIES, PRIORITY_HIGH, TypeSpec, ValueType
+from gridstat.core.model import MAX_FRAMES_PER_S, NAME_PATTERN, PRIORITIES, PRIORITY_HIGH, TypeSpec, ValueType
 from gridstat.core.yamldoc import field_name
 from gridstat.errors import ValidationError
 
@@ -56,10 +56,14 @@ SCHEMA: dict[str, object] = _obj({
         {"a": {}, "b": {}, "latency_ms": {"type": "number", "minimum": 0}},
         {"bandwidth_kbps": {"type": "integer", "minimum": 1, "maximum": 10**12}})},
     "publishers": {"type": ["array", "null"], "items": _obj({
-        "name": _NAME, "edge": {},
+        "name": _NAME, "edge": {}}, {
         "variables": {"type": ["array", "null"], "items": _obj(
             {"name": _NAME, "type": {"enum": list(VALUE_TYPES)}, "interval_ms": _INTERVAL},
-            {"priority": {"type": "integer", "minimum": PRIORITIES[1], "maximum": PRIORITIES[-1]}})}})},
+            {"priority": {"type": "integer", "minimum": PRIORITIES[1], "maximum": PRIORITIES[-1]}})},
+        # A simulated PMU speaking IEEE C37.118, published by a pmu-gateway (docs/topology.md).
+        "c37118": _obj({"frames_per_s": {"type": "integer", "minimum": 1, "maximum": MAX_FRAMES_PER_S}}, {
+            "phasors": {"type": "integer", "minimum": 0, "maximum": 32},
+            "analogs": {"type": ["array", "null"], "items": _NAME, "maxItems": 32}})})},
     "subscriptions": {"type": ["array", "null"], "items": _obj(
         {"name": _NAME, "edge": {}, "variable": {}, "interval_ms": _INTERVAL,
          "latency_ms": {"type": "integer", "minimum": 1}},
@@ -99,6 +103,8 @@ class Variable:
     interval_ms: int
     priority: int
     variable_id: int
+    #: A device's frame rate (docs/frame-rates.md); 0 = a period of ``interval_ms``.
+    frames_per_s: int = 0
 
     @property
     def full_name(self) -> str:
@@ -110,11 +116,22 @@ class Variable:
 
 
 @dataclass(frozen=True)
+class Device:
+    """A simulated C37.118 PMU behind a publisher (``c37118:``): its rate, phasors and analogs' names."""
+
+    frames_per_s: int
+    phasors: int
+    analogs: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Publisher:
     name: str
     edge: str
     variables: tuple[Variable, ...]
     publisher_id: int
+    #: Fed over IEEE C37.118 by a simulated device through a pmu-gateway; None = the client SDK.
+    device: Device | None = None
 
 
 @dataclass(frozen=True)
@@ -155,7 +172,11 @@ class Topology:
 
     def expected_rate(self, sub: Subscription) -> float:
         """Events per second a subscription should receive (per path; duplicates not counted)."""
-        return 1000.0 / effective_interval_ms(sub.interval_ms, self.variable(sub.variable).interval_ms)
+        var = self.variable(sub.variable)
+        interval = effective_interval_ms(sub.interval_ms, var.interval_ms, var.frames_per_s)
+        if var.frames_per_s:  # whole frames (docs/frame-rates.md)
+            return var.frames_per_s / filtering.frames_in(interval, var.frames_per_s)
+        return 1000.0 / interval
 
     def crosses_clouds(self, sub: Subscription) -> bool:
         """Whether the subscription's publisher is in another cloud (the parent broker's business)."""
@@ -167,9 +188,10 @@ class Topology:
         return _error(self.source, self.lines, path, message)
 
 
-def effective_interval_ms(sub_interval_ms: int, pub_interval_ms: int) -> int:
-    """The interval a subscription actually gets (rounded down to a multiple of pubInt, GridStat 4.2)."""
-    return filtering.round_down_interval(sub_interval_ms, pub_interval_ms)
+def effective_interval_ms(sub_interval_ms: int, pub_interval_ms: int, frames_per_s: int = 0) -> int:
+    """The interval a subscription actually gets (rounded down to a multiple of pubInt, GridStat 4.2;
+    to whole frames at a device's frame rate, docs/frame-rates.md)."""
+    return filtering.round_down_interval(sub_interval_ms, pub_interval_ms, frames_per_s)
 
 
 def _error(source: str, lines: Mapping[str, int], path: Path_, message: str) -> TopologyError:
@@ -273,7 +295,23 @@ def _validate(data: object, source: str, lines: dict[str, int]) -> Topology:
             raise c.fail((*p, "name"), f"duplicate publisher {name!r}")
         edge = _edge(c, m["edge"], (*p, "edge"), routers)
         pvars: list[Variable] = []
-        for j, vm in enumerate(m["variables"] or ()):
+        device = None
+        if m.get("c37118") is not None:
+            if m.get("variables"):
+                raise c.fail((*p, "variables"), f"publisher {name!r} is a C37.118 device (c37118): its variables "
+                             "are its channels (freq, dfreq and the analogs), not listed")
+            d = m["c37118"]
+            device = Device(d["frames_per_s"], d.get("phasors", 1), tuple(d.get("analogs") or ()))
+            if len(set(device.analogs)) != len(device.analogs) or {"freq", "dfreq"} & set(device.analogs):
+                raise c.fail((*p, "c37118", "analogs"), f"analog names of {name!r} must be distinct and not "
+                             "freq or dfreq")
+            interval = filtering.nominal_interval_ms(device.frames_per_s)
+            for vname in ("freq", "dfreq", *device.analogs):
+                var = Variable(name, vname, "float", interval, PRIORITY_HIGH, len(variables) + 1,
+                               device.frames_per_s)
+                variables[var.full_name] = var
+                pvars.append(var)
+        for j, vm in enumerate(m.get("variables") or ()):
             vp: Path_ = (*p, "variables", j)
             vname = vm["name"]
             if any(v.name == vname for v in pvars):
@@ -284,7 +322,7 @@ def _validate(data: object, source: str, lines: dict[str, int]) -> Topology:
             pvars.append(var)
         if not pvars:
             raise c.fail((*p, "variables"), f"publisher {name!r} has no variables")
-        publishers.append(Publisher(name, edge, tuple(pvars), PUBLISHER_ID_BASE + len(publishers) + 1))
+        publishers.append(Publisher(name, edge, tuple(pvars), PUBLISHER_ID_BASE + len(publishers) + 1, device))
 
     subscriptions: list[Subscription] = []
     for i, m in enumerate(top["subscriptions"]):

@@ -63,6 +63,8 @@ class Station:
     analogs: int = 0
     digitals: int = 0
     nominal_frequency_hz: int = 60
+    #: The analog channels' names (CHNAM); A1, A2 ... where not given.
+    analog_names: tuple[str, ...] = ()
 
 
 @dataclass
@@ -88,7 +90,8 @@ class SimulatedDevice:
         pmus = tuple(PmuConfig(
             station_name=s.name, idcode=s.idcode, data_format=self.data_format,
             phasor_names=tuple(f"V{i + 1}" if i < 3 else f"I{i - 2}" for i in range(s.phasors)),
-            analog_names=tuple(f"A{i + 1}" for i in range(s.analogs)),
+            analog_names=tuple(s.analog_names[i] if i < len(s.analog_names) else f"A{i + 1}"
+                               for i in range(s.analogs)),
             digital_names=tuple(f"D{w + 1}.{b}" for w in range(s.digitals) for b in range(16)),
             phasor_units=tuple(PhasorUnit(PhasorKind.VOLTAGE if i < 3 else PhasorKind.CURRENT)
                                for i in range(s.phasors)),
@@ -115,7 +118,7 @@ class SimulatedDevice:
         """A new configuration (CFGCNT + 1): one more phasor at the first station."""
         first, *rest = self.stations
         self.stations = [Station(first.name, first.idcode, first.phasors + 1, first.analogs, first.digitals,
-                                 first.nominal_frequency_hz), *rest]
+                                 first.nominal_frequency_hz, first.analog_names), *rest]
         self.config_count += 1
         self._cfg = self._config(FrameType.CFG2)
 

@@ -83,10 +83,38 @@ def test_default_topology_loads() -> None:
         members = [r for r in t.routers if r.cloud == cloud]
         assert len(members) == 5
         assert {r.role for r in members} == {"edge", "internal", "border"}
-    intervals = {v.interval_ms for p in t.publishers for v in p.variables}
-    assert intervals == {17, 34}
+    intervals = {(v.interval_ms, v.frames_per_s) for p in t.publishers for v in p.variables}
+    assert intervals == {(16, 60), (34, 0)}  # C37.118 PMUs at 60 frames/s, an SDK one every 34 ms
+    assert [p.name for p in t.publishers if p.device is not None] == ["pmu-a1", "pmu-b1"]
     assert any(s.redundancy == 2 for s in t.subscriptions)
-    assert {s.interval_ms for s in t.subscriptions} >= {17, 102, 1020}
+    assert {s.interval_ms for s in t.subscriptions} >= {17, 100, 1000, 1020}
+    assert {t.expected_rate(s) for s in t.subscriptions if s.variable.startswith("pmu-a1/")} == {60.0, 10.0}
+
+
+C37118 = GOOD.replace("""    variables:
+      - {name: freq, type: float, interval_ms: 17}
+      - {name: ok, type: bool, interval_ms: 34, priority: 3}""",
+                      """    c37118: {frames_per_s: 30, phasors: 2, analogs: [vmag]}""")
+
+
+def test_a_c37118_publisher_has_its_channels_as_variables() -> None:
+    t = parse_topology(C37118.replace("interval_ms: 100,", "interval_ms: 67,"), "t.yaml")
+    (pub,) = t.publishers
+    assert pub.device is not None and (pub.device.frames_per_s, pub.device.phasors, pub.device.analogs) == (
+        30, 2, ("vmag",))
+    assert [(v.name, v.type, v.interval_ms, v.frames_per_s) for v in pub.variables] == [
+        ("freq", "float", 33, 30), ("dfreq", "float", 33, 30), ("vmag", "float", 33, 30)]
+    assert t.expected_rate(t.subscriptions[0]) == 15.0  # 67 ms at 30 frames/s: every 2nd frame
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ("analogs: [vmag]", "publishers[0].c37118.analogs: analog names of 'pmu' must be distinct and not freq or dfreq"),
+    ("frames_per_s: 30", "publishers[0].c37118.frames_per_s"),
+])
+def test_c37118_publisher_errors_name_the_field(change: str, message: str) -> None:
+    bad = C37118.replace(change, {"analogs: [vmag]": "analogs: [vmag, freq]",
+                                  "frames_per_s: 30": "frames_per_s: 401"}[change])
+    assert message in error_of(bad)
 
 
 def test_unknown_router_in_link_names_file_line_and_field() -> None:

@@ -38,8 +38,12 @@ class StationPublishers:
     """Publishers by name and handles by ``publisher/variable``."""
 
     def __init__(self, edge: str, *, stats: GatewayStats, tls: TlsFiles | None = None,
-                 priority: int = PRIORITY_HIGH, timeout_s: float = 10.0, retry_max_s: float = 10.0) -> None:
+                 priority: int = PRIORITY_HIGH, timeout_s: float = 10.0, retry_max_s: float = 10.0,
+                 only: frozenset[str] | None = None) -> None:
         self.edge = edge
+        #: Publish only these ``publisher/variable`` names (None: every channel); the others are
+        #: neither registered nor sent, as if the device did not have them.
+        self.only = only
         self.stats = stats
         self.tls = tls
         self.priority = priority
@@ -64,6 +68,15 @@ class StationPublishers:
     def registered(self) -> dict[str, ChannelSpec]:
         return dict(self._registered)
 
+    def restrict(self, only: frozenset[str] | None) -> None:
+        """From now on publish (and register) only ``only`` (None: every channel)."""
+        self.only = only
+        self._version += 1
+
+    def handle(self, full_name: str) -> PublicationHandle | None:
+        """The registered variable ``publisher/variable``, or None."""
+        return self._handles.get(full_name)
+
     def want(self, plan: StreamPlan) -> None:
         """Register the variables of ``plan`` (in the background). A variable whose type or rate changed
         is registered again and not published until the broker takes it (it refuses a registered name
@@ -71,6 +84,8 @@ class StationPublishers:
         registration."""
         for spec in plan.channels:
             name = spec.full_name
+            if self.only is not None and name not in self.only:
+                continue
             self._wanted[name] = spec
             old = self._registered.get(name)
             if old is None or old == spec:
@@ -109,7 +124,8 @@ class StationPublishers:
         for name, value in zip(sample.block.full_names, sample.values, strict=True):
             handle = handles.get(name)
             if handle is None:
-                stats.events_unpublished += 1
+                if self.only is None or name in self.only:
+                    stats.events_unpublished += 1
             else:
                 by_publisher.setdefault(id(handle.publisher), []).append((handle, value))
         options = (sample.device_time,)
@@ -149,7 +165,10 @@ class StationPublishers:
         """The event blocks of a PMU block's variables, one per publisher (a map may publish a
         station's channels under several publishers' names); None while one is not registered."""
         by_publisher: dict[int, list[int]] = {}
+        only = self.only
         for i, name in enumerate(names):
+            if only is not None and name not in only:
+                continue
             handle = self._handles.get(name)
             if handle is None:
                 return None

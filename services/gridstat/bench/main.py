@@ -69,6 +69,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     pm.add_argument("--quick", action="store_true", help="a shorter window, one repetition")
     pm.add_argument("--pmus", type=int, default=100, help="PMUs in the simulated stream (default 100)")
     pm.add_argument("--reps", type=int, default=0, help="repetitions (default 3, quick 1)")
+    pm.add_argument("--served", default="", metavar="N,N",
+                    help="PMUs the PDC server serves, one run each (default: half of --pmus, then 5)")
     _write_args(pm)
     granularity.add_parsers(sub, _write_args)
     s = sub.add_parser("shapes", help="the dissertation's multicast-with-filtering and condensation experiments "
@@ -174,8 +176,9 @@ def run(args: argparse.Namespace) -> int:
     if args.bench == "pmu":
         from gridstat.bench import pmu
 
+        served = tuple(int(n) for n in args.served.split(",") if n.strip()) or (args.pmus // 2, min(5, args.pmus))
         pmu_runs = pmu.run_pmu_bench(pmus=args.pmus, reps=args.reps or (1 if args.quick else 3), quick=args.quick,
-                                     log=_log)
+                                     log=_log, served=served)
         return _publish(pmu.report(pmu_runs, report.facts_md(facts)), target, "pmu")
     if args.bench == "auth":
         from gridstat.bench import auth

@@ -303,11 +303,11 @@ def report(runs: list[PmuRun], facts_line: str) -> str:
         f"pmu-sim`), into `gridstat pmu-gateway` ({r0.pmus * len(CHANNELS):,} status variables) through edge router "
         f"e1, routed by a leaf broker to edge router e2; behind e2 `gridstat pdc-server` serves the first N PMUs' "
         f"channels (N per row) at {RATE} frames/s to a PDC client (our codec), and SDK subscribers in the benchmark's "
-        "process take the last 10 PMUs' channels at 60 and 30 frames/s and every channel at 10 frames/s. The PDC's latency is its "
-        "receive time minus the frame's own SOC+FRACSEC: the simulator's send, the gateway, two routers and the "
-        "server's alignment are all in it. CPU from /proc over the window. Target: the gateway takes >= 100 "
-        f"PMUs at {RATE} frames/s on one core, end-to-end p99 <= {TARGET_P99_MS:g} ms through two routers, 0 frames "
-        "lost.",
+        "process take the last 10 PMUs' channels at 60 and 30 frames/s and every channel at 10 frames/s. "
+        "The PDC's latency is its receive time minus the frame's own SOC+FRACSEC: the simulator's send, the "
+        "gateway, two routers and the server's alignment are all in it. CPU from /proc over the window. "
+        f"Target: the gateway takes >= 100 PMUs at {RATE} frames/s on one core, end-to-end p99 <= "
+        f"{TARGET_P99_MS:g} ms through two routers, 0 frames lost.",
         "",
         "| rep | PDC server serves | window (s) | gateway frames/s | gateway events/s | gateway CPU | gateway CPU per "
         "frame | PDC frames | lost | incomplete | PDC latency p50 / p99 / max (ms) | SDK subscriber at 60/s p50 / p99 "

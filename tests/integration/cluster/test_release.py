@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import yaml
 
 from gridstat.chaos import kube
 
@@ -76,7 +77,10 @@ def test_every_role_runs_and_helm_test_passes(release: Release) -> None:
     node.wait_until("every pod of the release Ready", release.all_ready, 180)
     pods = release.role_pods()
     components = sorted({p["metadata"]["labels"]["app.kubernetes.io/component"] for p in pods})
-    assert components == ["admission", "broker", "operator", "parent", "router"], components
+    c37118 = yaml.safe_load(release.values.read_text()).get("c37118") or {}
+    roles = {"simulators": "pmu-simulator", "gateways": "pmu-gateway", "pdcServers": "pdc-server"}
+    expected = {"admission", "broker", "operator", "parent", "router"} | {r for k, r in roles.items() if c37118.get(k)}
+    assert components == sorted(expected), components
     routers = [p for p in pods if p["metadata"]["labels"]["app.kubernetes.io/component"] == "router"]
     assert len(routers) == sum(len(c["routers"]) for c in release.clouds())
     assert all(pod_ready(p) for p in pods)

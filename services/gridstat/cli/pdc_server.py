@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import os
 import time
 from pathlib import Path
 from typing import Any
 
 from gridstat.cli.common import EXIT_OK
+from gridstat.cli.subscribe import POD_IP_ENV
 from gridstat.cli.traffic import GiveUp, Runner, add_client_arguments, check_common, check_edge, tls_files
 from gridstat.core import clock, serving
 from gridstat.core.model import BOOL, FLOAT, INT, TypeSpec, split_variable_name
@@ -141,7 +143,10 @@ def options_of(args: argparse.Namespace) -> PdcServerOptions:
         udp_bind=parse_host_port(args.udp_bind, "--udp-bind", allow_remote=args.allow_remote),
         idcode=args.idcode, wait_ms=args.wait_ms, time_base=args.time_base, max_open_frames=args.max_open_frames,
         max_clients=args.max_clients, tls=tls_files(args), also_edges=[e.strip() for e in args.also_edge],
-        freq_float=args.freq_format == "float")
+        freq_float=args.freq_format == "float",
+        # In a pod the subscriber's socket is on the pod's address, where its edge router sends events
+        # (as `gridstat subscribe` does, docs/kubernetes.md).
+        subscriber_host=os.environ.get(POD_IP_ENV, "").strip() or "127.0.0.1")
 
 
 class PdcServerApp:

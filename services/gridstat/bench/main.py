@@ -71,6 +71,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     pm.add_argument("--reps", type=int, default=0, help="repetitions (default 3, quick 1)")
     pm.add_argument("--served", default="", metavar="N,N",
                     help="PMUs the PDC server serves, one run each (default: half of --pmus, then 5)")
+    pm.add_argument("--no-subscribers", action="store_true",
+                    help="without the SDK subscribers (the PDC path alone: less load on a small machine)")
     _write_args(pm)
     granularity.add_parsers(sub, _write_args)
     s = sub.add_parser("shapes", help="the dissertation's multicast-with-filtering and condensation experiments "
@@ -178,7 +180,7 @@ def run(args: argparse.Namespace) -> int:
 
         served = tuple(int(n) for n in args.served.split(",") if n.strip()) or (args.pmus // 2, min(5, args.pmus))
         pmu_runs = pmu.run_pmu_bench(pmus=args.pmus, reps=args.reps or (1 if args.quick else 3), quick=args.quick,
-                                     log=_log, served=served)
+                                     log=_log, served=served, subscribers=not args.no_subscribers)
         return _publish(pmu.report(pmu_runs, report.facts_md(facts)), target, "pmu")
     if args.bench == "auth":
         from gridstat.bench import auth

@@ -171,7 +171,8 @@ async def _admit(edge: str, name: str, variables: list[str], interval_ms: int, c
     return sub, subs
 
 
-async def _one(pmus: int, served_pmus: int, warmup_s: float, window_s: float, log: Callable[[str], None]) -> PmuRun:
+async def _one(pmus: int, served_pmus: int, warmup_s: float, window_s: float, log: Callable[[str], None],
+               subscribers: bool = True) -> PmuRun:
     py = sys.executable
     started: list[Child] = []
     with tempfile.TemporaryDirectory(prefix="gridstat-bench-pmu-") as tmp:
@@ -234,7 +235,7 @@ async def _one(pmus: int, served_pmus: int, warmup_s: float, window_s: float, lo
             recording = [False]
             readers = [await _admit(e2, "sub60", some, 16, counts, sub_latency, recording),
                        await _admit(e2, "sub30", some, 33, counts),
-                       await _admit(e2, "sub10", every, 100, counts)]
+                       await _admit(e2, "sub10", every, 100, counts)] if subscribers else []
             log(f"pmu: {sum(len(s) for _, s in readers):,} SDK subscriptions admitted in {time.monotonic() - t0:.1f} s")
             pdc = PdcClient()
             client = subprocess.Popen([py, "-m", "gridstat.bench.pmu", "pdc-client", str(pdc_port)],
@@ -284,7 +285,7 @@ async def _one(pmus: int, served_pmus: int, warmup_s: float, window_s: float, lo
                 cpu_pct={k: 100 * (cpu1[k] - cpu0[k]) / elapsed for k in cpu1},
                 load_1m=os.getloadavg()[0], events_failed=int(g1.get("events_failed", 0)))
             per_group = {"sub60": (60, len(some)), "sub30": (30, len(some)), "sub10": (10, len(every))}
-            for i, (name, (rate, n)) in enumerate(per_group.items()):
+            for i, (name, (rate, n)) in enumerate(list(per_group.items())[:len(readers)]):
                 run.subs[rate] = (c1[name] - c0[name], round(elapsed * rate) * n, gaps1[i] - gaps0[i])
             return run
         finally:
@@ -293,14 +294,14 @@ async def _one(pmus: int, served_pmus: int, warmup_s: float, window_s: float, lo
 
 
 def run_pmu_bench(*, pmus: int, reps: int, quick: bool, log: Callable[[str], None],
-                  served: tuple[int, ...] = ()) -> list[PmuRun]:
+                  served: tuple[int, ...] = (), subscribers: bool = True) -> list[PmuRun]:
     """``reps`` runs for each number of PMUs the PDC server serves (``served``; default half of them)."""
     runs = []
     for rep in range(reps):
         for served_pmus in served or (pmus // 2,):
             log(f"pmu: repetition {rep + 1}/{reps}: {pmus} PMUs x {PHASORS} phasors + FREQ/DFREQ at {RATE} "
                 f"frames/s, the PDC server serving {served_pmus} ...")
-            r = asyncio.run(_one(pmus, served_pmus, 3.0 if quick else 5.0, 8.0 if quick else 20.0, log))
+            r = asyncio.run(_one(pmus, served_pmus, 3.0 if quick else 5.0, 8.0 if quick else 20.0, log, subscribers))
             log(f"pmu: gateway {r.gateway_frames_per_s:.1f} frames/s at {r.gateway_cpu_pct:.0f}% CPU "
                 f"({r.gateway_us_per_frame:.0f} us/frame); PDC p50 {r.pct(0.5):.2f} ms p99 {r.pct(0.99):.2f} ms, "
                 f"SDK subscriber p50 {r.pct(0.5, True):.2f} ms p99 {r.pct(0.99, True):.2f} ms, "

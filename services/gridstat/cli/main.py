@@ -37,6 +37,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "pmu-gateway": ("gridstat.cli.pmu_gateway", "a C37.118 client gateway: publish a PMU's or PDC's channels as "
                                                 "status variables"),
     "pdc-server": ("gridstat.cli.pdc_server", "a C37.118 server: serve status variables as one stream to PDCs"),
+    "pdc-read": ("gridstat.cli.pdc_read", "a PDC in a shell: read a C37.118 device or server and print its frames"),
     "pmu-sim": ("gridstat.cli.pmu_sim", "a simulated C37.118 PMU (or PDC stream) on 127.0.0.1, to try the gateway"),
     "condense": ("gridstat.cli.condense",
                  "condensation functions: 'gridstat condense create|list|remove', or 'host' to run one here"),

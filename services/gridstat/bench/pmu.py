@@ -200,7 +200,8 @@ async def _one(pmus: int, served_pmus: int, warmup_s: float, window_s: float, lo
                 await stub.AddChannel(bpb.AddTopologyChannelRequest(channel=bpb.TopologyChannel(
                     a="e1", b="e2", bandwidth_bps=10_000_000_000, latency_ms=1, both_directions=True)), timeout=10)
             sim = Child([py, "-m", "gridstat.cli.main", "pmu-sim", "--stations", str(pmus), "--phasors", str(PHASORS),
-                         "--frames-per-s", str(RATE), "--listen", "127.0.0.1:0", "--idcode", "1"], "pmu-sim")
+                         "--frames-per-s", str(RATE), "--listen", "127.0.0.1:0", "--idcode", "1", "--precise"],
+                        "pmu-sim")
             started.append(sim)
             e1, e2 = f"127.0.0.1:{ports['e1'][1]}", f"127.0.0.1:{ports['e2'][1]}"
             gateway = Child([py, "-m", "gridstat.cli.main", "pmu-gateway", "--device",

@@ -34,6 +34,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="TCP command (and data) address (default 127.0.0.1:4712; port 0 picks one)")
     p.add_argument("--udp-to", metavar="HOST:PORT", help="send data spontaneously over UDP to this address")
     p.add_argument("--duration", type=float, metavar="S", help="stop after S seconds (default: until SIGINT/SIGTERM)")
+    p.add_argument("--precise", action="store_true",
+                   help="send each frame at its instant to within microseconds (polls the clock for the last 2 ms "
+                        "before each frame: for benchmarks)")
 
 
 def _host_port(value: str, what: str) -> tuple[str, int]:
@@ -55,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
                              idcode=args.idcode, frames_per_s=args.frames_per_s)
     host, port = _host_port(args.listen, "listen")
     udp_to = _host_port(args.udp_to, "udp_to") if args.udp_to else None
-    server = DeviceServer(device, host=host, port=port, udp_to=udp_to)
+    server = DeviceServer(device, host=host, port=port, udp_to=udp_to, precise=args.precise)
 
     async def main() -> None:
         await server.start()

@@ -170,6 +170,8 @@ RULES: Mapping[str, frozenset[str]] = {
             "Release")},
         "GetState": _ANY_READER,
     }),
+    # The history service: archived values for clients (the SDK's gap filling) and readers (docs/history.md).
+    **_service("History", {"Query": frozenset((CLIENT, OBSERVER, ADMIN)), "Health": _ANY_READER}),
 }
 
 # -- counting --------------------------------------------------------------------------------------

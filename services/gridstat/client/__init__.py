@@ -11,6 +11,7 @@ Layer: runtime (the README's layout table; ``.importlinter`` keeps it from impor
 
 from gridstat.client.blocks import EventBlock
 from gridstat.client.extrapolation import Extrapolation, register_extrapolation, unregister_extrapolation
+from gridstat.client.gapfill import GapFiller, GapFillStats
 from gridstat.client.history import HistoryAnswer, HistoryClient, HistoryEvent
 from gridstat.client.holders import Holder, Violation
 from gridstat.client.publisher import AlertTooEarly, PublicationHandle, Publisher
@@ -32,6 +33,8 @@ __all__ = [
     "EdgeSession",
     "EventBlock",
     "Extrapolation",
+    "GapFillStats",
+    "GapFiller",
     "HistoryAnswer",
     "HistoryClient",
     "HistoryEvent",

@@ -42,6 +42,9 @@ class Holder:
     #: False when timestamps were skipped between this event and the previous one.
     sequence_ok: bool = True
     alert: bool = False
+    #: True when the event was lost on the way and recovered later from the history service
+    #: (``gapfill.py``, docs/gap-recovery.md); such a holder never replaces a newer one.
+    recovered: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +133,12 @@ class SubscriptionStats:
     #: Shed notices received for this subscription, and the events they said were dropped.
     shed_notices: int = 0
     shed_dropped: int = 0
+    #: Gap recovery (docs/gap-recovery.md): ``lost`` instants found in the history service and
+    #: delivered, those it gave up on, and those still being looked for. With recovery on,
+    #: ``lost == recovered + unrecoverable + recovery_pending``.
+    recovered: int = 0
+    unrecoverable: int = 0
+    recovery_pending: int = 0
     latency: LatencyRing = field(default_factory=LatencyRing)
 
 
@@ -182,18 +191,27 @@ def unpublished_among(missing: int, sub_interval_ms: int, pub_interval_ms: int, 
     before the one published ahead of the run). Instants the note does not cover count as published."""
     if note is None or missing <= 0:
         return 0
+    return len(unpublished_offsets(missing, sub_interval_ms, pub_interval_ms, note))
+
+
+def unpublished_offsets(missing: int, sub_interval_ms: int, pub_interval_ms: int,
+                        note: DerivedValue | None) -> list[int]:
+    """Which of the ``missing`` instants ``unpublished_among`` counts: their offsets ``j`` (1 is the
+    newest instant before the event, ``j`` subscription intervals back), ascending."""
+    if note is None or missing <= 0:
+        return []
     ratio = max(1, sub_interval_ms // pub_interval_ms)
     run = note.window
-    count = min(missing, run // ratio)  # instants k <= run publication intervals back: the run
-    j = count + 1
+    out = list(range(1, min(missing, run // ratio) + 1))  # k <= run publication intervals back: the run
+    j = len(out) + 1
     while j <= missing:
         i = j * ratio - run - 2  # k = run + 1 is the instant published before the run
         if i >= SKIP_BITS:
             break
         if i >= 0 and note.bits >> i & 1:
-            count += 1
+            out.append(j)
         j += 1
-    return count
+    return out
 
 
 def missing_between(last_ts_ms: int, ts_ms: int, sub_interval_ms: int) -> int:

@@ -12,6 +12,10 @@ A multi-homed subscriber (``also_edges``, docs/redundancy.md "Multi-homed client
 same socket at more edge routers: a subscription's redundant paths then end at different edge
 routers, each signing with its own channel key (picked by the datagram's sender id), and the
 subscription's duplicate window keeps one copy of each event.
+
+With a history service (``history=``, docs/gap-recovery.md) the subscriber owns a ``GapFiller`` and
+its driver task: subscriptions with recovery on (``subscribe_remote(recover=True)``, ``recover``)
+report their lost instants to it, and it delivers them late from the archive.
 """
 
 from __future__ import annotations
@@ -24,16 +28,18 @@ import struct
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from gridstat.core import clock, wire
-from gridstat.core.aio import create_guarded_task
+from gridstat.core.aio import cancelled, create_guarded_task
 from gridstat.core.model import PRIORITY_HIGH, StatusVariable, TypeSpec, check_name, split_variable_name
 from gridstat.core.tls import TlsFiles
 from gridstat.errors import DuplicateName, GridStatError, ValidationError
 
 from .extrapolation import ExtrapolationLike, as_extrapolation
 from .flooded import FloodedCallback, FloodedFeed
+from .gapfill import GIVE_UP_AFTER_MS, RECOVER_AFTER_MS, GapFiller, HistorySource, drive
+from .history import HistoryClient
 from .session import EdgeSession, ModeQoS
 from .snapshot import SnapshotCallback, SnapshotGroup
 from .subscription import EventCallback, Subscription, ViolationCallback
@@ -45,6 +51,8 @@ _KIND_EVENTS = wire.KIND_EVENTS
 _AUTH_FAILED = wire.DropReason.AUTH_FAILED.value
 _REPLAYED = wire.DropReason.REPLAYED.value
 _SENDER_SEQ = struct.Struct(">II")
+#: How recovered events are delivered (docs/gap-recovery.md).
+RECOVERED_DELIVERY = ("callback", "in_order")
 
 
 @dataclass
@@ -64,7 +72,9 @@ class Subscriber:
 
     def __init__(self, name: str, subscriber_id: int, host: str = "127.0.0.1", port: int = 0, *,
                  socket_buffer_bytes: int = 4 * 1024 * 1024, drain_batch: int = 256,
-                 key: bytes | None = None) -> None:
+                 key: bytes | None = None, history: HistorySource | None = None,
+                 recover_after_ms: int = RECOVER_AFTER_MS, give_up_after_ms: int = GIVE_UP_AFTER_MS,
+                 gap_filler: GapFiller | None = None) -> None:
         check_name(name, what="subscriber")
         if not 1 <= subscriber_id <= 0xFFFF_FFFF:
             raise ValidationError(f"subscriber id {subscriber_id} is outside 1..2**32-1", field="subscriber_id")
@@ -102,17 +112,40 @@ class Subscriber:
         self._notices: deque[tuple[int, int]] = deque(maxlen=16)
         #: Sessions with the other edge routers of a multi-homed subscriber.
         self.also_sessions: list[EdgeSession] = []
+        #: Gap recovery (docs/gap-recovery.md): where lost events are looked up, and the filler of
+        #: the subscriptions that ask for it (``gap_filler`` for other bounds than the defaults).
+        self.history = history
+        self.gapfill: GapFiller | None = None
+        if history is not None:
+            self.gapfill = gap_filler if gap_filler is not None else GapFiller(
+                recover_after_ms=recover_after_ms, give_up_after_ms=give_up_after_ms)
+        self._owns_history = False
+        self._gapfill_task: asyncio.Task[None] | None = None
 
     @classmethod
     async def connect(cls, name: str, edge_control: str, *, tls: TlsFiles | None = None, first_time: bool = True,
                       host: str = "127.0.0.1", port: int = 0, session: EdgeSession | None = None,
-                      also_edges: Sequence[str] = (), **kwargs: Any) -> Subscriber:
+                      also_edges: Sequence[str] = (), history: str | HistorySource | None = None,
+                      **kwargs: Any) -> Subscriber:
         """Start the UDP socket and register its address with the leaf broker through the edge router
         at ``edge_control`` (``host:port`` of its control port); the broker's client id becomes
         ``subscriber_id``. ``first_time=True`` (after a crash) drops what the broker held (3.7).
         ``also_edges``: control ports of more edge routers to attach the same socket at
-        (multi-homed; docs/redundancy.md)."""
-        sub = cls(name, 1, host, port, **kwargs)  # id 1 until the broker assigns one
+        (multi-homed; docs/redundancy.md). ``history``: the history service (``HOST:PORT``, with
+        ``tls``, or a client) that subscriptions with recovery on fill their gaps from, after
+        ``recover_after_ms`` (docs/gap-recovery.md)."""
+        source: HistorySource | None = None
+        if isinstance(history, str):
+            source = await HistoryClient.connect(history, tls=tls)
+        elif history is not None:
+            source = history
+        try:
+            sub = cls(name, 1, host, port, history=source, **kwargs)  # id 1 until the broker assigns one
+        except BaseException:
+            if isinstance(source, HistoryClient) and isinstance(history, str):
+                await source.close()
+            raise
+        sub._owns_history = isinstance(history, str)
         owns = session is None
         sess = EdgeSession(edge_control, tls=tls) if session is None else session
         sub.session = sess
@@ -165,7 +198,9 @@ class Subscriber:
                                extrapolate: Callable[..., Any] | None = None,
                                extrapolation: ExtrapolationLike | None = None,
                                modes: Mapping[int, int] | None = None, price: float = 1.0,
-                               best_effort: bool = False) -> Subscription:
+                               best_effort: bool = False, recover: bool = False,
+                               on_recovered: EventCallback | None = None,
+                               recovered: Literal["callback", "in_order"] = "callback") -> Subscription:
         """Subscribe through the edge router (the broker admits it and installs the routes), then
         subscribe locally with the variable id and publication interval of the reply. Raises
         ``SubscriptionRejected`` (``reason``, ``offer``) when the broker refuses.
@@ -173,11 +208,15 @@ class Subscriber:
         ``modes`` (mode -> interval_ms) subscribes in several operating modes at once, with the same
         latency, redundancy and priority; ``interval_ms`` and ``mode`` are then ignored. ``price`` is
         what one delivered event is worth and ``best_effort`` asks for no guarantee: routers under
-        overload shed best-effort and low-priced streams first (docs/overload.md)."""
+        overload shed best-effort and low-priced streams first (docs/overload.md).
+
+        ``recover`` fills the subscription's gaps from the history service (``recover``)."""
         if self.session is None:
             raise ValidationError(f"subscriber {self.name} has no edge session; use Subscriber.connect",
                                   field="session")
         as_extrapolation(extrapolation, type)  # a bad request fails before the broker is asked
+        if recover:
+            self._check_recovery(on_recovered, recovered)
         publisher, name = split_variable_name(variable_full_name)
         wanted = dict(modes) if modes else {mode: interval_ms}
         if modes:
@@ -203,12 +242,45 @@ class Subscriber:
             with contextlib.suppress(GridStatError):
                 await self.session.unsubscribe(result.subscription_id)
             raise
+        if recover and not var.alert:
+            self.recover(sub, on_recovered=on_recovered, recovered=recovered)
         self._remote_ids[var.variable_id] = result.subscription_id
         sub.admission = result.admission
         if modes:
             sub.mode_intervals = granted
             sub.in_mode = self.current_mode in wanted
         return sub
+
+    def recover(self, sub: Subscription, *, on_recovered: EventCallback | None = None,
+                recovered: Literal["callback", "in_order"] = "callback") -> None:
+        """Fill ``sub``'s gaps from the history service (docs/gap-recovery.md): every instant it counts
+        as ``lost`` is looked up ``recover_after_ms`` later and, when found, delivered with its
+        archived value and timestamp on a holder flagged ``recovered`` -- to ``on_recovered(sub,
+        holder)`` (``recovered="callback"``), or to its ``on_event`` in timestamp order within the
+        gap (``"in_order"``; the pull holder never moves back to it). Counted in ``sub.stats``:
+        ``recovered``, ``unrecoverable``, ``recovery_pending``.
+
+        Raises:
+            ValidationError: the subscriber has no history service (``field="history"``), the
+                variable is an alert (aperiodic: no gaps), ``recovered`` is neither value, or
+                ``"callback"`` without ``on_recovered``.
+        """
+        self._check_recovery(on_recovered, recovered)
+        if sub.variable.alert:
+            raise ValidationError(f"{sub.full_name!r} is an alert variable: aperiodic, it has no gaps to recover",
+                                  field="recover")
+        sub.enable_recovery(self.gapfill, on_recovered=on_recovered, in_order=recovered == "in_order")
+
+    def _check_recovery(self, on_recovered: EventCallback | None, recovered: str) -> None:
+        if self.gapfill is None:
+            raise ValidationError(f"subscriber {self.name} has no history service to recover gaps from; "
+                                  "give Subscriber.connect(history=...)", field="history")
+        if recovered not in RECOVERED_DELIVERY:
+            raise ValidationError(f"recovered must be one of {', '.join(RECOVERED_DELIVERY)}, got {recovered!r}",
+                                  field="recovered")
+        if recovered == "callback" and on_recovered is None:
+            raise ValidationError('recovered="callback" needs on_recovered (or recovered="in_order")',
+                                  field="on_recovered")
 
     async def unsubscribe_remote(self, sub: Subscription) -> None:
         """Remove a subscription made by ``subscribe_remote`` at the broker, then locally."""
@@ -261,6 +333,9 @@ class Subscriber:
         self._sock = sock
         self._loop.add_reader(sock.fileno(), self._on_readable)
         self._monitor = create_guarded_task(self._watch(), name=f"{self.name}-qos-monitor")
+        if self.gapfill is not None and self.history is not None:
+            self._gapfill_task = create_guarded_task(drive(self.gapfill, self.history),
+                                                     name=f"{self.name}-gapfill")
 
     async def stop(self) -> None:
         others, self.also_sessions = self.also_sessions, []
@@ -269,6 +344,10 @@ class Subscriber:
         if self.session is not None and self._owns_session:
             self._owns_session = False
             await self.session.close()
+        await cancelled(self._gapfill_task)  # before its history client closes
+        if self._owns_history and isinstance(self.history, HistoryClient):
+            self._owns_history = False
+            await self.history.close()
         if self._state != "started":
             self._state = "stopped"
             return
@@ -312,6 +391,8 @@ class Subscriber:
     def _forget(self, sub: Subscription) -> None:
         if self._subs.get(sub.variable.variable_id) is sub:
             del self._subs[sub.variable.variable_id]
+        if self.gapfill is not None:
+            self.gapfill.forget(sub)
 
     def snapshot_group(self, name: str, subscriptions: Iterable[Subscription], *, history: int = 1,
                        on_snapshot: SnapshotCallback | None = None) -> SnapshotGroup:

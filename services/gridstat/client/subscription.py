@@ -12,6 +12,11 @@ skipped it (the same two rules that report ``late`` and ``gap``) -- is filled wi
 extrapolated from the newest received samples, flagged on its holder, instead of a violation,
 for at most ``max_consecutive`` intervals after the newest received event. A real event for a
 filled instant that arrives later still replaces it.
+
+With gap recovery on (``Subscriber.recover``, docs/gap-recovery.md) the instants counted as lost
+are reported to the subscriber's ``GapFiller``, which later finds them in the history service and
+hands them back through ``deliver_recovered``; a late copy of one of them is reported too, so
+nothing is delivered twice.
 """
 
 from __future__ import annotations
@@ -33,10 +38,11 @@ from .holders import (
     Violation,
     missing_between,
     next_expected_ts,
-    unpublished_among,
+    unpublished_offsets,
 )
 
 if TYPE_CHECKING:
+    from .gapfill import GapFiller
     from .snapshot import SnapshotGroup
     from .subscriber import Subscriber
 
@@ -134,6 +140,11 @@ class Subscription:
         self.shed_reason: str | None = None
         #: The admission controller's note of a remote subscription (``Subscriber.subscribe_remote``).
         self.admission: Any = None
+        #: Gap recovery (docs/gap-recovery.md): the subscriber's filler lost instants are reported
+        #: to (None: off), and where recovered events go: ``on_recovered``, else ``on_event`` in order.
+        self._gapfill: GapFiller | None = None
+        self.on_recovered: EventCallback | None = None
+        self.recovered_in_order = False
 
     @property
     def full_name(self) -> str:
@@ -176,7 +187,7 @@ class Subscription:
             if verdict == DedupWindow.DUPLICATE:
                 stats.duplicates += 1
             elif self._gap_phases and self._phase(at) in self._gap_phases:
-                self._late_copy(self._phase(at))
+                self._late_copy(self._phase(at), event, now_ms)
             else:
                 stats.stale += 1
             return False
@@ -195,7 +206,7 @@ class Subscription:
         if self._periodic and last is not None:
             missing = missing_between(last * scale, at, interval)
             if missing:
-                self._count_gap(missing, at, event.options)
+                self._count_gap(missing, at, event.options, now_ms)
             expected = self._expected
             if expected is not None and (at - expected + interval // 2) // interval >= 1:
                 # Fill the skipped instants (2.2.2) before this event; report what cannot be.
@@ -236,25 +247,32 @@ class Subscription:
             group.offer(self, holder)
         return True
 
-    def _count_gap(self, missing: int, at: int, options: tuple[wire.DerivedValue, ...]) -> None:
+    def _count_gap(self, missing: int, at: int, options: tuple[wire.DerivedValue, ...], now_ms: int) -> None:
         """``missing`` expected instants before the event at ``at`` (rule units) never came: lost in the
-        network or never published, as the event's SKIPPED note tells (docs/wire-format.md 3.4)."""
+        network or never published, as the event's SKIPPED note tells (docs/wire-format.md 3.4).
+        With recovery on, the lost ones go to the gap filler (docs/gap-recovery.md)."""
         stats = self.stats
         note = next((o for o in options if o.kind == wire.OptionKind.SKIPPED), None) if options else None
-        unpublished = unpublished_among(missing, self._interval, self._pub, note)
+        skipped = unpublished_offsets(missing, self._interval, self._pub, note)
+        unpublished = len(skipped)
         stats.gaps += missing
         stats.unpublished += unpublished
         stats.lost += missing - unpublished
         phases = self._gap_phases
         phase = self._phase(at)
+        interval = self._interval
         for j in range(min(missing, GAP_PHASES_KEPT), 0, -1):
-            phases[phase - j * self._interval] = None
+            phases[phase - j * interval] = None
         while len(phases) > GAP_PHASES_KEPT:
             del phases[next(iter(phases))]
+        if self._gapfill is not None and missing > unpublished:
+            self._gapfill.report(self, range(phase - missing * interval, phase, interval),
+                                 [phase - j * interval for j in skipped], now_ms)
 
-    def _late_copy(self, phase: int) -> None:
+    def _late_copy(self, phase: int, event: wire.Event, now_ms: int) -> None:
         """An instant counted as a gap arrived after all, behind a newer event: it was published and
-        not lost, so it leaves the gap count (it is not delivered: the holder only moves forward)."""
+        not lost, so it leaves the gap count (it is not delivered: the holder only moves forward;
+        with recovery on, the gap filler delivers it as it would have delivered the archived one)."""
         del self._gap_phases[phase]
         stats = self.stats
         stats.out_of_order += 1
@@ -263,6 +281,55 @@ class Subscription:
             stats.lost -= 1
         else:
             stats.unpublished -= 1
+        if self._gapfill is not None:
+            try:
+                value = wire.decode_value(self.variable.type, event.value)
+            except TypeMismatch:
+                return
+            self._gapfill.arrived(self, phase, event.timestamp_ms, value, now_ms)
+
+    # -- gap recovery (docs/gap-recovery.md) ----------------------------------------------------------
+    def enable_recovery(self, filler: GapFiller | None, *, on_recovered: EventCallback | None = None,
+                        in_order: bool = False) -> None:
+        """Report lost instants to ``filler`` (None turns recovery off); recovered events go to
+        ``on_recovered`` or, with ``in_order``, to ``on_event`` flagged ``recovered``."""
+        if filler is None and self._gapfill is not None:
+            self._gapfill.forget(self)
+        self._gapfill = filler
+        self.on_recovered = on_recovered
+        self.recovered_in_order = in_order
+
+    def phase_of(self, ts_ms: int) -> int:
+        """The nominal instant (rule units) of the filter phase a timestamp is in (Function 4.1)."""
+        return self._phase(ts_ms * self._scale)
+
+    def span_ms(self, phase: int) -> tuple[int, int]:
+        """The first and last timestamp (ms, inclusive) the rate filter passes for ``phase``: the
+        publication slot ``[phase - half, phase - half + pub)`` in rule units (core/filtering.py)."""
+        lo = phase - self._half
+        return -(-lo // self._scale), (lo + self._pub - 1) // self._scale
+
+    def settle_gaps(self, first: int, last: int) -> None:
+        """Gap instants ``first..last`` (rule units) are recovered or given up: a late copy of one of
+        them is then a stale copy, not a gap filled (so it is neither delivered nor counted twice)."""
+        phases = self._gap_phases
+        if phases:
+            for p in [p for p in phases if first <= p <= last]:
+                del phases[p]
+
+    def deliver_recovered(self, ts_ms: int, value: object, now_ms: int) -> None:
+        """Deliver one event the gap filler recovered: to ``on_recovered``, or in order to ``on_event``;
+        flagged ``recovered``. The holder only moves forward: a recovered event is older than the
+        event whose arrival revealed its gap, so it replaces the holder only if that one is older."""
+        holder = Holder(value, ts_ms, now_ms, now_ms - ts_ms, (), False, True, False, True)
+        if not self.recovered_in_order:
+            if self.on_recovered is not None:
+                self._call(self.on_recovered, (self, holder))
+            return
+        if self.holder is None or self.holder.timestamp_ms < ts_ms:
+            self.holder = holder
+        if self.on_event is not None:
+            self._call(self.on_event, (self, holder))
 
     def check(self, now_ms: int) -> Violation | None:
         """The monitor's deadline test: the next expected event is late if nothing newer came by
@@ -409,5 +476,7 @@ class Subscription:
                 group.remove(self)
             except NotFound:
                 pass
+        if self._gapfill is not None:
+            self._gapfill.forget(self)
         if self._subscriber is not None:
             self._subscriber._forget(self)

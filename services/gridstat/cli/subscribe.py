@@ -2,7 +2,7 @@
 
     gridstat subscribe --name ems --edge 127.0.0.1:7802 --variable pmu1/freq [--variable ...] \\
         [--interval-ms 20 --latency-ms 30 --redundancy 2 --admit] \\
-        [--listen-host 0.0.0.0 --advertise-host IP --port 0] [--stats-every-s 1] [-o json]
+        [--listen-host 0.0.0.0 --advertise-host IP --port 0] [--history HOST:PORT] [--stats-every-s 1] [-o json]
 
 It opens its UDP socket on ``--listen-host:--port`` and registers with the leaf broker through
 its edge router (``Subscriber.connect``; ``--edge`` is the router's control port), advertising
@@ -20,6 +20,9 @@ the address to the edge router, which takes the address the registration came fr
   ``--redundancy`` and ``--priority``; the expected interval is the admitted one. A variable whose
   publisher has not registered yet (``UnknownVariable``) is retried; any other refusal exits 3. A
   subscription the broker later drops (its publisher restarted) is admitted again.
+* With ``--history`` (a ``gridstat history-server``) every subscription fills its gaps from the
+  archive (docs/gap-recovery.md), after ``--recover-after-ms``; ``recovered`` and ``unrecoverable``
+  say how many of the lost instants came back (``missing`` counts what did not arrive live).
 
 Until registered it retries with a bounded backoff, one line on stderr per failure (``--once`` or
 ``--connect-timeout-s``: exit 4 instead). Then it prints ``READY name=<name> port=<udp port>
@@ -30,7 +33,7 @@ with ``-o json`` one JSON object per line, cumulative since the start::
      "variables":{"pmu1/freq":{"variable_id":1,"bound":true,"received":..,"distinct":..,
        "duplicates":..,"stale":0,"missing":0,"first_ts_ms":..,"last_ts_ms":..,
        "latency_ms":{"p50":..,"p99":..,"max":..},"interval_ms":20.0,"expected_interval_ms":20,
-       "violations":0,"period":{"received":..,"distinct":..,"duplicates":..,"missing":..,
+       "violations":0,"recovered":0,"unrecoverable":0,"period":{"received":..,"distinct":..,"duplicates":..,"missing":..,
        "latency_ms":{...}}}},"drops":{}}
 
 (``gridstat.cli.traffic.DeliveryCounter`` defines every count; ``interval_ms`` is the delivered
@@ -65,6 +68,7 @@ from gridstat.cli.traffic import (
 )
 from gridstat.client import EdgeSession, Subscriber, SubscribeResult, Subscription
 from gridstat.client.extrapolation import ExtrapolationLike
+from gridstat.client.gapfill import RECOVER_AFTER_MS
 from gridstat.client.subscription import EventCallback, ViolationCallback
 from gridstat.core import clock, serving, wire
 from gridstat.core.aio import cancelled, create_guarded_task
@@ -97,6 +101,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--advertise-host", default=None, metavar="IP",
                    help=f"address the edge router sends events to (default ${POD_IP_ENV}, else the listen host)")
     p.add_argument("--port", type=int, default=0, metavar="N", help="UDP port (default 0: any free port)")
+    p.add_argument("--history", default=None, metavar="HOST:PORT",
+                   help="a history service to fill gaps from (docs/gap-recovery.md; default: none)")
+    p.add_argument("--recover-after-ms", type=int, default=RECOVER_AFTER_MS, metavar="MS",
+                   help=f"with --history, wait this long after a gap before asking (default {RECOVER_AFTER_MS})")
     add_client_arguments(p)
 
 
@@ -192,7 +200,8 @@ class SubscribeApp:
                 made = await CountingSubscriber.connect(
                     args.name, args.edge, session=session, first_time=args.admit, host=self.listen, port=args.port,
                     advertise_host=self.advertise, counters=self.counters, tls=self.tls,
-                    also_edges=[e.strip() for e in args.also_edge])
+                    also_edges=[e.strip() for e in args.also_edge], history=args.history,
+                    recover_after_ms=args.recover_after_ms)
                 assert isinstance(made, CountingSubscriber)
                 sub = made
             except OSError as exc:  # binding the socket
@@ -214,7 +223,8 @@ class SubscribeApp:
         if old is not None:
             old.unsubscribe()
         s = await sub.subscribe_remote(variable, self.type, interval_ms=args.interval_ms, latency_ms=args.latency_ms,
-                                       redundancy=args.redundancy, priority=args.priority)
+                                       redundancy=args.redundancy, priority=args.priority,
+                                       recover=args.history is not None, recovered="in_order")
         self.counters[variable].expected_interval_ms = s.interval_ms
         self.bound[variable] = s
 
@@ -232,7 +242,9 @@ class SubscribeApp:
         else:  # an alert variable: aperiodic
             var = StatusVariable(publisher, name, self.type, 0, alert=True, min_interval_ms=max(1, expected),
                                  variable_id=r.variable_id)
-        self.bound[variable] = sub.subscribe(var, interval_ms=expected, latency_ms=self.args.latency_ms)
+        local = self.bound[variable] = sub.subscribe(var, interval_ms=expected, latency_ms=self.args.latency_ms)
+        if self.args.history is not None and not var.alert:
+            sub.recover(local, recovered="in_order")
 
     async def refresh(self) -> None:
         """One look at the broker's list of our subscriptions: bind what is new, re-admit what is gone."""
@@ -287,12 +299,17 @@ class SubscribeApp:
             local = self.bound.get(v)
             d = {"variable_id": local.variable.variable_id if local is not None else None,
                  "bound": local is not None, **c.snapshot(),
-                 "violations": local.stats.violations if local is not None else 0, "period": c.take_period()}
+                 "violations": local.stats.violations if local is not None else 0,
+                 "recovered": local.stats.recovered if local is not None else 0,
+                 "unrecoverable": local.stats.unrecoverable if local is not None else 0, "period": c.take_period()}
             out[v] = d
             lat = d["latency_ms"]
             lines.append(f"  {v}: received={c.received} distinct={c.distinct} duplicates={c.duplicates} "
                          f"missing={d['missing']} latency_ms p50={lat['p50']} p99={lat['p99']} max={lat['max']} "
-                         f"interval_ms={d['interval_ms']}" + ("" if local is not None else " (not bound yet)"))
+                         f"interval_ms={d['interval_ms']}"
+                         + (f" recovered={d['recovered']} unrecoverable={d['unrecoverable']}"
+                            if self.args.history else "")
+                         + ("" if local is not None else " (not bound yet)"))
         data = {"kind": "subscribe", "name": self.args.name, "final": final, "ts_ms": clock.now_ms(),
                 "uptime_s": round(time.monotonic() - self.runner.started, 3),
                 "mode": "admit" if self.args.admit else "registered", "variables": out,
@@ -353,6 +370,14 @@ def run(args: argparse.Namespace) -> int:
         raise ValidationError(f"--priority must be 0..{PRIORITY_LOW}, not {args.priority}", field="priority")
     if not 0 <= args.port <= 65535:
         raise ValidationError(f"--port must be 0..65535, not {args.port}", field="port")
+    if args.history is not None:
+        host, sep, port = args.history.strip().rpartition(":")
+        if not sep or not host.strip("[]") or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValidationError(f"--history {args.history!r} is not HOST:PORT (a history service)", field="history")
+        args.history = args.history.strip()
+    if args.recover_after_ms < 0:
+        raise ValidationError(f"--recover-after-ms must not be negative, not {args.recover_after_ms}",
+                              field="recover_after_ms")
     listen, advertise = listen_and_advertise(args.listen_host, args.advertise_host)
     tls = tls_files(args)
     return serving.run(args, SubscribeApp(args, variables, tls, listen, advertise).run)

@@ -297,6 +297,11 @@ class SubscriberCollector(_Base):
                                    "QoS violations reported (late, gap, latency)", labels),
             "extrapolated": _counter("gridstat_subscription_extrapolated_total",
                                      "Missed instants filled by extrapolation", labels),
+            # Gap recovery from the history service (docs/gap-recovery.md): lost instants found and not.
+            "recovered": _counter("gridstat_subscription_recovered_total",
+                                  "Lost instants recovered from the history service", labels),
+            "unrecoverable": _counter("gridstat_subscription_unrecoverable_total",
+                                      "Lost instants the history service did not have in time", labels),
         }
         latency = _gauge("gridstat_subscription_latency_seconds",
                          "Delivery latency quantiles over the last 4096 events", [*labels, "quantile"])

@@ -65,6 +65,10 @@ def add_client_arguments(p: argparse.ArgumentParser) -> None:
                    help="try to register once: exit 4 if the edge router or broker is unavailable")
     g.add_argument("--connect-timeout-s", type=float, default=None, metavar="S",
                    help="give up (exit 4) if not registered within S seconds (default: retry forever)")
+    g.add_argument("--retry-rejected", action="store_true",
+                   help="retry a subscription the broker refused (no path yet, capacity) instead of exiting 3: "
+                        "for a pod started with the routers it needs, whose paths appear as they start "
+                        "(the chart sets it; docs/kubernetes.md)")
     g.add_argument("--retry-max-s", type=float, default=5.0, metavar="S",
                    help="longest wait between two attempts (default 5)")
     g.add_argument("--timeout", type=float, default=10.0, metavar="S",
@@ -271,7 +275,7 @@ class Runner:
                     self.warn(f"error: {describe(exc)}")
                     self.json_error(exc, EXIT_USAGE)
                     raise GiveUp(EXIT_USAGE) from None
-                if kind == REJECTED:
+                if kind == REJECTED and not (getattr(args, "retry_rejected", False) and not args.once):
                     offer = getattr(exc, "offer", None)
                     self.warn(f"rejected: {describe(exc)}" + (f" (offer: {offer})" if offer else ""))
                     self.json_error(exc, EXIT_REJECTED)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -39,11 +40,16 @@ def release(node: Node) -> Iterator[Release]:
     rel = Release(node, name="pacific", namespace="grid-pacific", values=VALUES)
     node.kubectl("create", "namespace", rel.namespace)
     started = time.monotonic()
-    node.helm("install", rel.name, str(CHART), "-n", rel.namespace, "-f", str(VALUES), "--wait",
-              "--timeout", "10m")
-    node.wait_until("every pod of the release Ready",
-                    lambda: (pods := node.pods(rel.namespace, f"app.kubernetes.io/instance={rel.name}"))
-                    and all(pod_ready(p) for p in pods), timeout_s=300)
+    # helm's own wait ends before pytest's timeout, so a pod that never becomes Ready is named, with
+    # its events and logs, instead of the run being cut off in the middle of `helm install`.
+    try:
+        node.helm("install", rel.name, str(CHART), "-n", rel.namespace, "-f", str(VALUES), "--wait",
+                  "--timeout", "6m", timeout=420)
+        node.wait_until("every pod of the release Ready",
+                        lambda: (pods := node.pods(rel.namespace, f"app.kubernetes.io/instance={rel.name}"))
+                        and all(pod_ready(p) for p in pods), timeout_s=60)
+    except (AssertionError, subprocess.TimeoutExpired) as exc:
+        raise AssertionError(f"the release did not become Ready: {exc}\n{node.diagnose(rel.namespace)}") from None
     node.timings["helm install to all Ready"] = time.monotonic() - started
     yield rel
     MEASURED["control plane and node RSS with the release running, MiB"] = control_plane_rss_mib()

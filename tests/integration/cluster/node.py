@@ -152,6 +152,22 @@ class Node:
             args += ["-c", container]
         return self.kubectl(*args, check=False).stdout
 
+    def diagnose(self, namespace: str) -> str:
+        """What a failed wait needs to be understood: the pods, the namespace's events, and for every pod
+        not Ready its description and the last lines of its containers' logs (this run and the previous)."""
+        out = [self.kubectl("get", "pods", "-n", namespace, "-o", "wide", check=False).stdout,
+               self.kubectl("get", "events", "-n", namespace, "--sort-by=.lastTimestamp", check=False).stdout[-6000:]]
+        for pod in self.items("pods", namespace):
+            if pod_ready(pod):
+                continue
+            name = pod["metadata"]["name"]
+            out.append(self.kubectl("describe", "pod", "-n", namespace, name, check=False).stdout[-3000:])
+            for previous in ("", "--previous"):
+                proc = self.kubectl("logs", "-n", namespace, name, "--all-containers", "--tail=40",
+                                    *([previous] if previous else []), check=False)
+                out.append(f"--- logs {name} {previous}\n{proc.stdout}{proc.stderr}")
+        return "\n".join(out)
+
     def wait_until(self, what: str, predicate: Callable[[], Any], timeout_s: float = 120,
                    interval_s: float = 0.5) -> Any:
         deadline = time.monotonic() + timeout_s

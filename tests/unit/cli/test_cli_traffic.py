@@ -16,6 +16,8 @@ from gridstat.cli.traffic import (
     USAGE,
     Backoff,
     DeliveryCounter,
+    GiveUp,
+    Runner,
     classify,
     parse_published_variables,
     parse_subscribed_variables,
@@ -146,6 +148,36 @@ def test_what_is_retried(exc: BaseException, kind: str) -> None:
 
 def test_unknown_variable_is_a_rejection_when_not_retrying() -> None:
     assert classify(SubscriptionRejected("x", reason="UnknownVariable"), retry_unknown_variable=False) == REJECTED
+
+
+async def _connect_after_rejections(*argv: str, rejections: int) -> tuple[object, int]:
+    """``Runner.connect`` over an attempt the broker refuses ``rejections`` times, then admits."""
+    args = parse("subscribe", "--name", "pdc", "--edge", "127.0.0.1:7801", "--variable", "pmu1/freq",
+                 "--retry-max-s", "0.01", *argv)
+    calls = 0
+
+    async def attempt() -> str:
+        nonlocal calls
+        calls += 1
+        if calls <= rejections:
+            raise SubscriptionRejected("no path yet", reason="NoFeasiblePath")
+        return "admitted"
+
+    try:
+        result: object = await Runner("subscribe", args).connect(attempt, what="subscribing")
+    except GiveUp as exc:
+        result = exc
+    return result, calls
+
+
+async def test_a_refusal_exits_3_unless_retry_rejected_is_given() -> None:
+    refused, calls = await _connect_after_rejections(rejections=2)
+    assert isinstance(refused, GiveUp) and refused.exit_code == 3 and calls == 1
+    admitted, calls = await _connect_after_rejections("--retry-rejected", rejections=2)
+    assert admitted == "admitted" and calls == 3
+    # --once still means one attempt: the refusal exits 3
+    once, calls = await _connect_after_rejections("--retry-rejected", "--once", rejections=2)
+    assert isinstance(once, GiveUp) and once.exit_code == 3 and calls == 1
 
 
 # -- the publisher's schedule --------------------------------------------------------------------------

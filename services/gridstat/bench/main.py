@@ -99,6 +99,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     a.add_argument("--quick", action="store_true", help="one repetition (~1 min)")
     a.add_argument("--reps", type=int, default=0, help="repetitions (default 3, quick 1)")
     _write_args(a)
+    hi = sub.add_parser("history", help="history queries: a 1-hour window of a 60 Hz variable out of a 24-hour "
+                                         "Kafka archive, full rate and 100 ms (starts a local Kafka; ~5 min)")
+    hi.add_argument("--quick", action="store_true", help="a 2-hour archive, 3 windows (~1 min)")
+    hi.add_argument("--hours", type=float, default=0.0, help="hours archived (default 24, quick 2)")
+    hi.add_argument("--others", type=int, default=3, help="other variables at 10 Hz in the topic (default 3)")
+    hi.add_argument("--partitions", type=int, default=1, help="partitions of the archive topic (default 1)")
+    hi.add_argument("--reps", type=int, default=0, help="windows timed per rate (default 5, quick 3)")
+    hi.add_argument("--kafka", default=None, metavar="HOST:PORT",
+                    help="use this Kafka (an empty one: the archive topic is created) instead of starting one")
+    _write_args(hi)
     k = sub.add_parser("telemetry", help="telemetry export on vs off: router throughput and CPU per event; Kafka "
                                          "ingest rate through one exporter (starts a local Kafka; ~3 min)")
     k.add_argument("--quick", action="store_true", help="one repetition, default sampling only (~1 min)")
@@ -188,6 +198,13 @@ def run(args: argparse.Namespace) -> int:
         res = auth.run_auth_bench(quick=args.quick, reps=args.reps or (1 if args.quick else 3), log=_log)
         body = auth.auth_report(res, facts)
         return _publish(body, target, "auth")
+    if args.bench == "history":
+        from gridstat.bench import history
+
+        hist = history.run_history_bench(hours=args.hours or (2.0 if args.quick else 24.0), others=args.others,
+                                         reps=args.reps or (3 if args.quick else 5), partitions=args.partitions,
+                                         kafka=args.kafka, log=_log)
+        return _publish(history.history_report(hist, facts), target, "history")
     if args.bench == "telemetry":
         from gridstat.bench import telemetry
 

@@ -32,6 +32,9 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "subscribe": ("gridstat.cli.subscribe", "a long-running subscriber: register (and with --admit subscribe) "
                                             "through the edge router, count what arrives, print stats lines"),
     "archive": ("gridstat.cli.archive", "archive status variables to Kafka (the historian path for analysts)"),
+    "history-server": ("gridstat.history.main", "run the history service: time-range queries of the Kafka archive "
+                                                "(docs/history.md)"),
+    "history": ("gridstat.cli.history", "archived values of a variable over a time range, from a history server"),
     "analyze": ("gridstat.cli.analyze", "capacity model of a broker tree: routing tables, message rates, break-even"),
     "chaos": ("gridstat.cli.chaos", "the chaos suite: 'gridstat chaos list|run SCENARIO' (real processes)"),
     "pmu-gateway": ("gridstat.cli.pmu_gateway", "a C37.118 client gateway: publish a PMU's or PDC's channels as "

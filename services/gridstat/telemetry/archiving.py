@@ -5,7 +5,9 @@ through its edge router with the interval and latency bound the analysts chose, 
 rate-filter for it like for any subscriber, and every delivered value becomes one
 ``measurement`` record on ``gridstat.archive.measurements`` with the variable's full name as
 the Kafka key (so one variable's values stay in order in one partition). Export goes through
-the same bounded, non-blocking exporter as telemetry; a Kafka outage longer than the buffer
+the same bounded, non-blocking exporter as telemetry, with the value's event time as the Kafka
+record timestamp (so the history service finds a time range with ``offsets_for_times``,
+docs/history.md); a Kafka outage longer than the buffer
 loses the oldest values, counted (``gridstat_telemetry_records_lost_total``) and visible as
 holes in ``sequence``.
 """
@@ -13,11 +15,17 @@ holes in ``sequence``.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from typing import Any, Protocol
 
 from . import records
 from .records import TOPICS
-from .sampling import Emitter
+
+
+class Emitter(Protocol):
+    """What the archiver emits through: ``TelemetryExporter`` (``timestamp_ms``: the Kafka record's)."""
+
+    def emit(self, topic: str, record: dict[str, Any], *, key: str | bytes | None = None,
+             timestamp_ms: int | None = None) -> bool: ...
 
 
 class Archiver:
@@ -36,9 +44,11 @@ class Archiver:
         value = holder.value
         if isinstance(value, tuple):
             value = list(value)
+        ts = int(holder.timestamp_ms)
         record = records.measurement(
-            variable=name, variable_id=int(var.variable_id), event_ts_ms=int(holder.timestamp_ms), value=value,
+            variable=name, variable_id=int(var.variable_id), event_ts_ms=ts, value=value,
             value_type=str(var.type.name), received_ms=int(holder.received_ms),
-            interval_ms=int(subscription.interval_ms), extrapolated=bool(holder.extrapolated))
-        self.emitter.emit(self.topic, record, key=name)
+            interval_ms=int(subscription.interval_ms), extrapolated=bool(holder.extrapolated),
+            pub_interval_ms=int(var.interval_ms), frames_per_s=int(var.frames_per_s))
+        self.emitter.emit(self.topic, record, key=name, timestamp_ms=ts)
         self.archived[name] += 1

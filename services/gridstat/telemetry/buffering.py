@@ -23,6 +23,10 @@ class Pending:
     topic: str
     key: bytes | None
     record: dict[str, Any]
+    #: The Kafka record timestamp (ms since the Unix epoch); None: the producer's clock at append.
+    #: Measurements carry their event time, so the archive can be searched by time
+    #: (``offsets_for_times``, docs/history.md).
+    timestamp_ms: int | None = None
 
 
 class RecordBuffer:

@@ -209,8 +209,12 @@ class TelemetryExporter:
         return self._sequence
 
     # -- the roles' side -----------------------------------------------------------------------
-    def emit(self, topic: str, record: dict[str, Any], *, key: str | bytes | None = None) -> bool:
+    def emit(self, topic: str, record: dict[str, Any], *, key: str | bytes | None = None,
+             timestamp_ms: int | None = None) -> bool:
         """Stamp ``record`` and buffer it for ``topic``; never waits, never raises on Kafka's state.
+
+        ``timestamp_ms`` is the Kafka record's timestamp (an archived measurement's event time,
+        docs/history.md); None leaves it to the producer's clock.
 
         Returns False when the record could not be kept (exporter stopped) or an older record had
         to be dropped to make room; either way the loss is counted.
@@ -226,7 +230,7 @@ class TelemetryExporter:
             self.stats.lost[LossReason.STOPPED.value] += 1
             return False
         k = key.encode() if isinstance(key, str) else key
-        kept = self._buffer.put(buffering.Pending(topic, k, record))
+        kept = self._buffer.put(buffering.Pending(topic, k, record, timestamp_ms))
         if not kept:
             self.stats.lost[LossReason.BUFFER_FULL.value] += 1
         return kept
@@ -347,11 +351,11 @@ class TelemetryExporter:
                 builder = producer.create_batch()
                 members: list[tuple[buffering.Pending, bytes]] = []
                 for item, value in entries:
-                    if builder.append(key=item.key, value=value, timestamp=None) is None:  # full: send it
+                    if builder.append(key=item.key, value=value, timestamp=item.timestamp_ms) is None:  # full: send it
                         if members:
                             await submit(builder, topic, partition, members)
                         builder, members = producer.create_batch(), []
-                        if builder.append(key=item.key, value=value, timestamp=None) is None:
+                        if builder.append(key=item.key, value=value, timestamp=item.timestamp_ms) is None:
                             self.stats.lost[LossReason.TOO_LARGE.value] += 1
                             continue
                     members.append((item, value))

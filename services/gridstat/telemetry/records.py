@@ -159,8 +159,13 @@ def gap(*, from_ms: int, to_ms: int, lost: dict[str, int], ts_ms: int | None = N
 
 def measurement(*, variable: str, variable_id: int, event_ts_ms: int, value: Any, value_type: str,
                 received_ms: int, interval_ms: int, extrapolated: bool = False,
+                pub_interval_ms: int | None = None, frames_per_s: int | None = None,
                 ts_ms: int | None = None) -> dict[str, Any]:
-    """One archived value of a status variable (the historian path), keyed by variable in Kafka."""
+    """One archived value of a status variable (the historian path), keyed by variable in Kafka.
+
+    ``pub_interval_ms`` and ``frames_per_s`` (optional fields) are the publication's: with them the
+    history service applies the live rate filter with the publication's own phase (docs/history.md).
+    """
     publisher = variable.split("/", 1)[0]
     num: float | None = None
     if isinstance(value, bool):
@@ -169,10 +174,15 @@ def measurement(*, variable: str, variable_id: int, event_ts_ms: int, value: Any
         num = finite(float(value))
         if num is None:
             value = None
-    return {**_head("measurement", ts_ms), "variable": variable, "publisher": publisher,
-            "variable_id": variable_id, "event_ts_ms": event_ts_ms, "value": value, "value_num": num,
-            "value_type": value_type, "received_ms": received_ms, "latency_ms": received_ms - event_ts_ms,
-            "interval_ms": interval_ms, "extrapolated": extrapolated}
+    out = {**_head("measurement", ts_ms), "variable": variable, "publisher": publisher,
+           "variable_id": variable_id, "event_ts_ms": event_ts_ms, "value": value, "value_num": num,
+           "value_type": value_type, "received_ms": received_ms, "latency_ms": received_ms - event_ts_ms,
+           "interval_ms": interval_ms, "extrapolated": extrapolated}
+    if pub_interval_ms is not None:
+        out["pub_interval_ms"] = pub_interval_ms
+    if frames_per_s is not None:
+        out["frames_per_s"] = frames_per_s
+    return out
 
 
 def model_broker(*, run: str, strategy: str, broker: str, parent: str | None, depth: int, time_scale: float,

@@ -19,6 +19,12 @@ filter ``publisher=pmu1, variable=freq``; a subscription to ``pmu1/freq`` is the
 ``pmu1/*`` the filter ``publisher=pmu1``, to ``*/freq`` the filter ``variable=freq``
 (:meth:`Filter.for_variable`). A filter that can match nothing (``price>5, price<3``) is refused:
 it covers nothing and would make every bound meaningless.
+
+Query subscriptions and variable listings write the same constraints as where-expressions
+(``gridstat.core.expressions``, docs/queries.md): :meth:`Filter.from_expression` takes the
+conjunction of comparisons an expression is (or, with ``exact=False``, a superset of it) and
+:meth:`Filter.to_expression` gives it back, the variable's name being the attribute ``variable``
+here and the field ``name`` there.
 """
 
 from __future__ import annotations
@@ -28,13 +34,15 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from gridstat.core import expressions
 from gridstat.errors import ValidationError
 
 OPS = ("=", "<", "<=", ">", ">=")
 #: Longest attribute name and text value accepted (a peer cannot make keys arbitrarily large).
 MAX_NAME = 128
 MAX_CONSTRAINTS = 64
-_ATTR_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.:-]{0,127}")
+#: A variable's attribute names (``core.model.NAME_PATTERN``) may start with a digit.
+_ATTR_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:-]{0,127}")
 _CONSTRAINT_RE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_.:-]*)\s*(<=|>=|=|<|>)\s*(.+?)\s*$")
 
 Value = float | str
@@ -154,6 +162,24 @@ class Interval:
             return True
         return lo < hi or (lo == hi and lo_c and hi_c)  # type: ignore[operator]
 
+    def includes(self, value: Value) -> bool:
+        """``value`` lies in the interval (a number in a numeric one, a text in a text one)."""
+        if isinstance(value, str) == self.numeric:
+            return False
+        if self.lo is not None and (value < self.lo or (value == self.lo and not self.lo_closed)):  # type: ignore[operator]
+            return False
+        return not (self.hi is not None and (value > self.hi or (value == self.hi and not self.hi_closed)))  # type: ignore[operator]
+
+    def comparisons(self, attribute: str) -> list[tuple[str, str, Value]]:
+        if self.lo is not None and self.lo == self.hi:
+            return [(attribute, "=", self.lo)]
+        out: list[tuple[str, str, Value]] = []
+        if self.lo is not None:
+            out.append((attribute, ">=" if self.lo_closed else ">", self.lo))
+        if self.hi is not None:
+            out.append((attribute, "<=" if self.hi_closed else "<", self.hi))
+        return out
+
     def render(self, attribute: str) -> list[str]:
         if self.lo is not None and self.lo == self.hi:
             return [f"{attribute}={_fmt(self.lo)}"]
@@ -233,6 +259,38 @@ class Filter:
             constraints.append(Constraint("variable", "=", variable))
         return cls.of(constraints)
 
+    @classmethod
+    def from_expression(cls, expr: expressions.Expression, *, exact: bool = True, field: str = "where") -> Filter:
+        """The filter of a where-expression: exactly its conjunction of comparisons (else ExpressionError
+        naming the column of the part it cannot represent), or with ``exact=False`` the smallest superset
+        ``expressions.conjunction`` finds. ``name`` becomes the attribute ``variable``."""
+        return cls.of(Constraint(_ATTRIBUTE_OF.get(c.name, c.name), c.op, c.value)
+                      for c in expressions.conjunction(expr, exact=exact, field=field))
+
+    def to_expression(self) -> expressions.Expression | None:
+        """This filter as a where-expression (None for ``*``, which matches every variable)."""
+        return expressions.of_comparisons([
+            expressions.Comparison(_FIELD_OF.get(name, name), op, value)
+            for attribute, iv in self.intervals.items() for name, op, value in iv.comparisons(attribute)])
+
+    def matches(self, event: Mapping[str, Value]) -> bool:
+        """Whether an event (its attributes; texts read as numbers where an interval is numeric) matches
+        (Def. 4: an attribute the event lacks does not)."""
+        for attribute, iv in self.intervals.items():
+            value = event.get(attribute)
+            if value is None:
+                return False
+            if iv.numeric and isinstance(value, str):
+                try:
+                    value = float(value)
+                except ValueError:
+                    return False
+                if not math.isfinite(value):
+                    return False
+            if not iv.includes(value):
+                return False
+        return True
+
     def covers(self, other: Filter) -> bool:
         """E_self ⊇ E_other (Def. 5); reflexive."""
         for attribute, iv in self.intervals.items():
@@ -260,6 +318,11 @@ class Filter:
 
     def __repr__(self) -> str:
         return f"Filter({self.key!r})"
+
+
+#: The variable's name is the field ``name`` of a where-expression and the attribute ``variable`` here.
+_ATTRIBUTE_OF = {"name": "variable"}
+_FIELD_OF = {"variable": "name"}
 
 
 __all__ = ["OPS", "Constraint", "Filter", "Interval", "parse_constraint", "parse_value"]

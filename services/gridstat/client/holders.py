@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from gridstat.core import filtering
@@ -189,29 +190,32 @@ def unpublished_among(missing: int, sub_interval_ms: int, pub_interval_ms: int, 
     intervals back), how many its publisher never published, by the event's SKIPPED note
     (docs/wire-format.md 3.4: the run skipped right before it, then a bitmap of the 32 instants
     before the one published ahead of the run). Instants the note does not cover count as published."""
-    if note is None or missing <= 0:
-        return 0
-    return len(unpublished_offsets(missing, sub_interval_ms, pub_interval_ms, note))
+    run, marked = unpublished_split(missing, sub_interval_ms, pub_interval_ms, note)
+    return run + len(marked)
 
 
-def unpublished_offsets(missing: int, sub_interval_ms: int, pub_interval_ms: int,
-                        note: DerivedValue | None) -> list[int]:
-    """Which of the ``missing`` instants ``unpublished_among`` counts: their offsets ``j`` (1 is the
-    newest instant before the event, ``j`` subscription intervals back), ascending."""
+_NONE: tuple[int, ...] = ()
+
+
+def unpublished_split(missing: int, sub_interval_ms: int, pub_interval_ms: int,
+                      note: DerivedValue | None) -> tuple[int, Sequence[int]]:
+    """Which instants ``unpublished_among`` counts: the newest ``run`` of them (offsets 1..run, ``j``
+    subscription intervals back), then the offsets ``j > run`` the bitmap marks (at most 32)."""
     if note is None or missing <= 0:
-        return []
+        return 0, _NONE
     ratio = max(1, sub_interval_ms // pub_interval_ms)
     run = note.window
-    out = list(range(1, min(missing, run // ratio) + 1))  # k <= run publication intervals back: the run
-    j = len(out) + 1
+    count = min(missing, run // ratio)  # instants k <= run publication intervals back: the run
+    marked: list[int] = []
+    j = count + 1
     while j <= missing:
         i = j * ratio - run - 2  # k = run + 1 is the instant published before the run
         if i >= SKIP_BITS:
             break
         if i >= 0 and note.bits >> i & 1:
-            out.append(j)
+            marked.append(j)
         j += 1
-    return out
+    return count, marked
 
 
 def missing_between(last_ts_ms: int, ts_ms: int, sub_interval_ms: int) -> int:

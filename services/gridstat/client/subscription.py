@@ -38,7 +38,7 @@ from .holders import (
     Violation,
     missing_between,
     next_expected_ts,
-    unpublished_offsets,
+    unpublished_split,
 )
 
 if TYPE_CHECKING:
@@ -253,8 +253,8 @@ class Subscription:
         With recovery on, the lost ones go to the gap filler (docs/gap-recovery.md)."""
         stats = self.stats
         note = next((o for o in options if o.kind == wire.OptionKind.SKIPPED), None) if options else None
-        skipped = unpublished_offsets(missing, self._interval, self._pub, note)
-        unpublished = len(skipped)
+        run, marked = unpublished_split(missing, self._interval, self._pub, note)
+        unpublished = run + len(marked)
         stats.gaps += missing
         stats.unpublished += unpublished
         stats.lost += missing - unpublished
@@ -266,8 +266,9 @@ class Subscription:
         while len(phases) > GAP_PHASES_KEPT:
             del phases[next(iter(phases))]
         if self._gapfill is not None and missing > unpublished:
-            self._gapfill.report(self, range(phase - missing * interval, phase, interval),
-                                 [phase - j * interval for j in skipped], now_ms)
+            # The run skipped right before this event is left out; the bitmap's few are named.
+            self._gapfill.report(self, range(phase - missing * interval, phase - run * interval, interval),
+                                 {phase - j * interval for j in marked}, now_ms)
 
     def _late_copy(self, phase: int, event: wire.Event, now_ms: int) -> None:
         """An instant counted as a gap arrived after all, behind a newer event: it was published and

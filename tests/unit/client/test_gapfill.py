@@ -5,11 +5,13 @@ moving back; then the asyncio driver and a ``Subscriber`` wired to a fake source
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pytest
 
+from gridstat.cli.main import main
 from gridstat.client import GapFiller, Holder, Publisher, Subscriber, Subscription
 from gridstat.client.gapfill import drive
 from gridstat.core import wire
@@ -236,6 +238,8 @@ def test_a_window_keeps_its_newest_instants_up_to_the_bound() -> None:
     assert sorted(r.sub.span_ms(t)[0] + 5 for t in w.missing) == [1050, 1060, 1070, 1080, 1090]
     assert filler.stats.truncated_instants == 4 and r.sub.stats.unrecoverable == 4 and r.balanced()
     assert w.from_ms == 1045
+    r.feed(1100 + 10 * 10_000_000)  # a day's gap is reported without walking all of it
+    assert len(filler.windows()[-1].missing) == 5 and r.balanced()
 
 
 def test_a_frame_rate_variable_maps_archived_timestamps_to_its_frames() -> None:
@@ -367,3 +371,13 @@ def test_recovery_is_refused_without_a_history_service_for_alerts_and_without_a_
     with pytest.raises(ValidationError) as err:
         with_history.recover(a, recovered="in_order")
     assert err.value.field == "recover"
+
+
+@pytest.mark.parametrize(("flag", "value", "field"), [("--history", "nohost", "history"),
+                                                     ("--recover-after-ms", "-1", "recover_after_ms")])
+def test_gridstat_subscribe_refuses_a_bad_history_option(flag: str, value: str, field: str,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(["subscribe", "--name", "ems", "--edge", "127.0.0.1:7802", "--variable", "pmu1/freq", "--history",
+               "127.0.0.1:7950", flag, value, "-o", "json", "--once"])
+    assert rc == 2
+    assert json.loads(capsys.readouterr().out)["error"]["field"] == field

@@ -44,8 +44,10 @@ RECOVER_AFTER_MS = 2000
 
 
 def spawn(what: str, *args: str) -> tuple[subprocess.Popen[str], dict[str, str]]:
-    return children.spawn([sys.executable, "-m", "gridstat.cli.main", *args, "--exit-with-parent"], what=what,
-                          timeout_s=60, stderr=subprocess.PIPE)
+    cmd = [sys.executable, "-m", "gridstat.cli.main", *args, "--exit-with-parent"]
+    started: tuple[subprocess.Popen[str], dict[str, str]] = children.spawn(cmd, what=what, timeout_s=60,
+                                                                            stderr=subprocess.PIPE)
+    return started
 
 
 @pytest.fixture
@@ -64,6 +66,12 @@ async def test_a_router_killed_for_two_seconds_leaves_no_unrecoverable_event(
     procs: dict[str, subprocess.Popen[str]] = {}
     sub: Subscriber | None = None
     live: list[int] = []
+    arrived: dict[int, int] = {}  # live timestamp -> received_ms
+
+    def on_event(_: Subscription, h: Holder) -> None:
+        live.append(h.timestamp_ms)
+        arrived.setdefault(h.timestamp_ms, h.received_ms)
+
     recovered: list[Holder] = []
     try:
         procs["publisher"], _ = await asyncio.to_thread(
@@ -79,7 +87,7 @@ async def test_a_router_killed_for_two_seconds_leaves_no_unrecoverable_event(
         sub = await Subscriber.connect("ems", control("e2"), history=server, recover_after_ms=RECOVER_AFTER_MS)
         s: Subscription = await sub.subscribe_remote(
             VARIABLE, FLOAT, interval_ms=INTERVAL_MS, latency_ms=50, redundancy=1,
-            on_event=lambda _, h: live.append(h.timestamp_ms), recover=True,
+            on_event=on_event, recover=True,
             on_recovered=lambda _, h: recovered.append(h))
         procs["cli"], _ = await asyncio.to_thread(
             spawn, "gridstat subscribe", "subscribe", "--name", "ops", "--edge", control("e2"), "--variable", VARIABLE,
@@ -101,6 +109,10 @@ async def test_a_router_killed_for_two_seconds_leaves_no_unrecoverable_event(
         await eventually(lambda: s.stats.recovery_pending == 0, timeout_s=60,
                          what="the lost instants recovered or given up")
         st = s.stats
+        seen = arrived[min(t for t in live if t > min(h.timestamp_ms for h in recovered))]  # the gap's end
+        delays = [h.received_ms - seen for h in recovered]
+        print(f"\nrecovered {min(delays)}..{max(delays)} ms after the gap was seen "
+              f"(recover_after_ms={RECOVER_AFTER_MS})", end="")
         print(f"\ni1 down {DOWN_S} s: lost {st.lost}, recovered {st.recovered}, unrecoverable {st.unrecoverable} "
               f"(gap filler {sub.gapfill.stats if sub.gapfill is not None else None}; the publisher skipped "
               f"{published['skipped']}, published {published['late']} late)")

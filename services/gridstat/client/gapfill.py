@@ -101,6 +101,10 @@ class GapWindow:
     missing: set[int]
     first: int
     last: int
+    #: The subscription's interval when the gap was seen (ms, and in rule units): a mode change
+    #: (6.3) may change it before the window is answered.
+    interval_ms: int
+    step: int
     #: The timestamps asked for, inclusive: the filter slots of ``first`` and ``last``.
     from_ms: int
     to_ms: int
@@ -201,7 +205,8 @@ class GapFiller:
         first, last = min(missing), max(missing)
         if cut:
             sub.settle_gaps(instants[0], first - 1)
-        window = GapWindow(sub, missing, first, last, sub.span_ms(first)[0], sub.span_ms(last)[1],
+        window = GapWindow(sub, missing, first, last, sub.interval_ms, instants.step,
+                           sub.span_ms(first)[0], sub.span_ms(last)[1],
                            now_ms + self.recover_after_ms, now_ms + self.give_up_after_ms, self.retry_after_ms)
         if pending is None:
             self._windows[sub] = [window]
@@ -272,7 +277,7 @@ class GapFiller:
             if ev.extrapolated:  # the archive's own guess, not the published value
                 continue
             ts = ev.timestamp_ms
-            instant = sub.phase_of(ts)
+            instant = sub.phase_of(ts, window.step)
             if instant in missing:
                 missing.discard(instant)
                 held[instant] = (ts, ev.value, False)
@@ -356,7 +361,7 @@ async def drive(filler: GapFiller, source: HistorySource, *, now_ms: Callable[[]
         nonlocal failures
         try:
             events = await asyncio.wait_for(
-                source.fetch(w.sub.full_name, from_ms=w.from_ms, to_ms=w.to_ms, interval_ms=w.sub.interval_ms),
+                source.fetch(w.sub.full_name, from_ms=w.from_ms, to_ms=w.to_ms, interval_ms=w.interval_ms),
                 timeout_s)
         except asyncio.CancelledError:
             raise

@@ -300,9 +300,11 @@ class Subscription:
         self.on_recovered = on_recovered
         self.recovered_in_order = in_order
 
-    def phase_of(self, ts_ms: int) -> int:
-        """The nominal instant (rule units) of the filter phase a timestamp is in (Function 4.1)."""
-        return self._phase(ts_ms * self._scale)
+    def phase_of(self, ts_ms: int, interval: int | None = None) -> int:
+        """The nominal instant (rule units) of the filter phase a timestamp is in (Function 4.1), at the
+        subscription's interval or at ``interval`` (rule units: one it had before a mode change)."""
+        step = self._interval if interval is None else interval
+        return (ts_ms * self._scale + self._half) // step * step
 
     def span_ms(self, phase: int) -> tuple[int, int]:
         """The first and last timestamp (ms, inclusive) the rate filter passes for ``phase``: the

@@ -254,6 +254,20 @@ def test_a_frame_rate_variable_maps_archived_timestamps_to_its_frames() -> None:
     assert [h.timestamp_ms for h in r.recovered] == frames[2:5]
 
 
+def test_a_window_keeps_the_interval_it_was_seen_at_across_a_mode_change() -> None:
+    filler = GapFiller()
+    r = Recording(filler)
+    r.sub.mode_intervals = {0: 10, 1: 40}
+    r.feed(1000, 1030)  # 1010 and 1020 lost at 10 ms
+    r.sub.begin_mode_change(1)
+    r.sub.end_mode_change(1, now_ms=1035)
+    assert r.sub.interval_ms == 40
+    [w] = filler.due(10_000)
+    assert w.interval_ms == 10
+    filler.answer(w, archive(1010, 1020), now_ms=10_000)
+    assert [h.timestamp_ms for h in r.recovered] == [1010, 1020] and r.balanced()
+
+
 def test_a_failing_recovered_callback_is_guarded_and_counted() -> None:
     filler = GapFiller()
     sub = Subscription(VAR, interval_ms=10, latency_ms=1000)

@@ -31,6 +31,7 @@ from gridstat.errors import GridStatError, ValidationError
 HISTORY_ENV = "GRIDSTAT_HISTORY"
 DEFAULT_SERVER = "127.0.0.1:7950"
 _RELATIVE = re.compile(r"^-(\d+(?:\.\d+)?)(ms|s|m|h|d)$")
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
@@ -56,11 +57,12 @@ def parse_time(text: str, *, field: str, now_ms: int | None = None) -> int:
                               "'now' or relative (-10m, -2h, -30s, -1d)", field=field) from None
     if stamp.tzinfo is None:
         stamp = stamp.replace(tzinfo=dt.UTC)
-    return int(stamp.timestamp() * 1000)
+    return (stamp - EPOCH) // dt.timedelta(milliseconds=1)
 
 
 def iso(ms: int) -> str:
-    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    """``ms`` as ISO-8601 in UTC with milliseconds (exact: no float on the way)."""
+    return (EPOCH + dt.timedelta(milliseconds=ms)).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -17,7 +17,8 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
+from itertools import repeat
+from typing import Any, NamedTuple
 
 import grpc
 
@@ -32,10 +33,10 @@ from gridstat.v1 import history_pb2_grpc as pb_grpc
 MAX_MESSAGE_BYTES = 16 * 2**20
 
 
-@dataclass(frozen=True, slots=True)
-class HistoryEvent:
+class HistoryEvent(NamedTuple):
     """One archived value: the publisher's timestamp, the value as published, and whether the archive's
-    subscription extrapolated it (a missed instant it filled, docs/telemetry.md)."""
+    subscription extrapolated it (a missed instant it filled, docs/telemetry.md). A named tuple: an
+    hour of a 60 Hz variable is 216,000 of them."""
 
     timestamp_ms: int
     value: object
@@ -79,8 +80,11 @@ def events_of(chunk: pb.HistoryChunk) -> list[HistoryEvent]:
         raise ValidationError(f"history chunk with {len(stamps)} timestamps and {len(values)} values",
                               field="values")
     if flags:
-        return [HistoryEvent(t, v, f) for t, v, f in zip(stamps, values, flags, strict=True)]
-    return [HistoryEvent(t, v, False) for t, v in zip(stamps, values, strict=True)]
+        if len(flags) != len(stamps):
+            raise ValidationError(f"history chunk with {len(stamps)} timestamps and {len(flags)} flags",
+                                  field="extrapolated")
+        return list(map(HistoryEvent, stamps, values, flags))
+    return list(map(HistoryEvent, stamps, values, repeat(False)))
 
 
 def answer_of(a: pb.HistoryAnswer) -> HistoryAnswer:

@@ -203,7 +203,7 @@ class Answering:
         if not self.rules:
             period = _period_ms(rule)
             if period > 0:
-                expected = int((self.query.to_ms - self.query.from_ms) / period) + 1
+                expected = int((self.query.to_ms - self.query.from_ms) / period + 1e-6) + 1
                 if expected > self.query.max_events:
                     span = self.query.to_ms - self.query.from_ms
                     raise TooManyEvents(

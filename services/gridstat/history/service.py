@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 
 #: Events per chunk: ~10 bytes each on the wire as packed numbers, so a chunk is ~100-200 kB.
 CHUNK_EVENTS = 10_000
+MAX_EXACT_INT = 2**53
 NUMERIC_TYPES = frozenset(("float", "double", "int", "int32", "int64", "bool"))
 
 
@@ -39,14 +40,23 @@ class ServiceStats:
     events_sent: int = 0
 
 
+def _exact_double(v: object) -> bool:
+    """True if ``v`` travels as a double and comes back equal (finite floats, bools, ints up to 2**53)."""
+    t = type(v)
+    if t is float:
+        return math.isfinite(v)  # type: ignore[arg-type]
+    if t is bool:
+        return True
+    return t is int and -MAX_EXACT_INT <= v <= MAX_EXACT_INT  # type: ignore[operator]
+
+
 def chunk_of(batch: ArchivedBatch, start: int = 0, stop: int | None = None) -> pb.HistoryChunk:
     """Events ``[start, stop)`` of ``batch`` as one chunk: numbers packed, anything else as JSON."""
     ts = batch.timestamps_ms[start:stop]
     values = batch.values[start:stop]
     flags = batch.extrapolated[start:stop]
     chunk = pb.HistoryChunk(timestamps_ms=ts, value_type=batch.params.value_type)
-    numeric = batch.params.value_type in NUMERIC_TYPES and all(
-        type(v) in (float, int, bool) and (type(v) is not float or math.isfinite(v)) for v in values)
+    numeric = batch.params.value_type in NUMERIC_TYPES and all(map(_exact_double, values))
     if numeric:
         chunk.values.extend(float(v) for v in values)
     else:

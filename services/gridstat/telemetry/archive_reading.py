@@ -27,6 +27,7 @@ archive's subscription changed) is passed to ``choose`` again from there on.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -37,8 +38,10 @@ from .records import TOPICS
 
 #: Bytes one fetch may bring (Kafka caps it at the broker's ``fetch.max.bytes``, 55 MiB by default):
 #: large, so that a 1-hour window of a 60 Hz variable is a handful of round trips.
-FETCH_MAX_BYTES = 64 * 2**20
-PARTITION_FETCH_BYTES = 32 * 2**20
+FETCH_MAX_BYTES = 32 * 2**20
+PARTITION_FETCH_BYTES = FETCH_MAX_BYTES
+#: The first fetch of a read: a short range needs no more (about 28,000 records at 37 bytes each).
+FIRST_FETCH_BYTES = 2**20
 #: How long Kafka may wait to fill a fetch (it answers at once when the records are there).
 FETCH_WAIT_MS = 100
 
@@ -182,112 +185,143 @@ class ArchiveReader:
         finally:
             await _stop_quietly(consumer)
 
-    async def _batches(self, consumer: Any, tp: Any, offset: int, end: int) -> AsyncIterator[Any]:
-        """The record batches of ``tp`` from ``offset`` to ``end``, fetched directly from the partition's
-        leader with large fetches (the consumer's fetcher would wrap every record in a ``ConsumerRecord``
-        first: the larger part of a read's time at 60 Hz). Control batches (transaction markers) are
-        skipped; records below ``offset`` in the first batch are the caller's to skip."""
+    async def _fetch(self, client: Any, tp: Any, offset: int, max_bytes: int) -> list[Any]:
+        """One fetch of ``tp`` from ``offset`` (at most ``max_bytes``): its record batches, headers parsed
+        (records are decompressed only when iterated)."""
         from aiokafka.errors import KafkaError, for_code
         from aiokafka.protocol.fetch import FetchRequest
         from aiokafka.record.memory_records import MemoryRecords
 
-        client = consumer._client  # the consumer's connections; its fetcher stays idle (nothing fetched)
-        timeout_s = self.request_timeout_ms / 1000
-        while offset < end:
-            node = client.cluster.leader_for_partition(tp)
-            if node is None or node < 0:
-                raise KafkaUnavailable(f"no leader for {tp.topic} partition {tp.partition}", field="kafka")
-            request = FetchRequest(FETCH_WAIT_MS, 1, FETCH_MAX_BYTES, 0,
-                                   [(tp.topic, [(tp.partition, offset, PARTITION_FETCH_BYTES)])])
-            try:
-                response = await asyncio.wait_for(client.send(node, request), timeout_s)
-            except (KafkaError, TimeoutError) as exc:
-                raise KafkaUnavailable(f"fetching {tp.topic} partition {tp.partition} from Kafka at "
-                                       f"{self.bootstrap} failed: {exc or type(exc).__name__}", field="kafka") from exc
-            raw = b""
-            for _topic, partitions in response.topics:
-                for _partition, error_code, _highwater, *part_data in partitions:
-                    if error_code:
-                        raise KafkaUnavailable(f"fetching {tp.topic} partition {tp.partition}: "
-                                               f"{for_code(error_code).__name__}", field="kafka")
-                    raw = part_data[-1] or b""
-            records = MemoryRecords(raw)
-            advanced = offset
-            while records.has_next():
-                batch = records.next_batch()
-                if batch is None:
-                    break
-                if not batch.is_control_batch:
-                    yield batch
-                advanced = max(advanced, int(batch.next_offset))
-            if advanced == offset:  # nothing new (an empty fetch, or a batch larger than the fetch size)
-                raise KafkaUnavailable(f"no records from {tp.topic} partition {tp.partition} at offset {offset} "
-                                       f"before its end offset {end}", field="kafka")
-            offset = advanced
+        node = client.cluster.leader_for_partition(tp)
+        if node is None or node < 0:
+            raise KafkaUnavailable(f"no leader for {tp.topic} partition {tp.partition}", field="kafka")
+        request = FetchRequest(FETCH_WAIT_MS, 1, max_bytes, 0, [(tp.topic, [(tp.partition, offset, max_bytes)])])
+        try:
+            response = await asyncio.wait_for(client.send(node, request), self.request_timeout_ms / 1000)
+        except (KafkaError, TimeoutError) as exc:
+            raise KafkaUnavailable(f"fetching {tp.topic} partition {tp.partition} from Kafka at {self.bootstrap} "
+                                   f"failed: {exc or type(exc).__name__}", field="kafka") from exc
+        raw = b""
+        for _topic, partitions in response.topics:
+            for _partition, error_code, _highwater, *part_data in partitions:
+                if error_code:
+                    raise KafkaUnavailable(f"fetching {tp.topic} partition {tp.partition}: "
+                                           f"{for_code(error_code).__name__}", field="kafka")
+                raw = part_data[-1] or b""
+        records = MemoryRecords(raw)
+        out = []
+        while records.has_next():
+            batch = records.next_batch()
+            if batch is None:
+                break
+            out.append(batch)
+        return out
+
+    async def _batches(self, consumer: Any, tp: Any, offset: int, end: int) -> AsyncIterator[Any]:
+        """The record batches of ``tp`` from ``offset`` to ``end``, fetched directly from the partition's
+        leader (the consumer's fetcher would wrap every record in a ``ConsumerRecord`` first: the larger
+        part of a read's time at 60 Hz). Fetches grow from :data:`FIRST_FETCH_BYTES` to
+        :data:`FETCH_MAX_BYTES` (a short range reads little, a long one in few round trips), and the next
+        fetch is in flight while the caller reads the current one. Control batches (transaction markers)
+        are skipped; records below ``offset`` in the first batch are the caller's to skip."""
+        client = consumer._client  # the consumer's connections; its fetcher stays idle (the partition is paused)
+        size = FIRST_FETCH_BYTES
+        pending: asyncio.Task[list[Any]] | None = asyncio.ensure_future(self._fetch(client, tp, offset, size))
+        try:
+            while pending is not None:
+                batches = await pending
+                pending = None
+                advanced = offset
+                for batch in batches:
+                    advanced = max(advanced, int(batch.next_offset))
+                if advanced == offset:  # nothing new (an empty fetch, or a batch larger than the fetch size)
+                    raise KafkaUnavailable(f"no records from {tp.topic} partition {tp.partition} at offset "
+                                           f"{offset} before its end offset {end}", field="kafka")
+                offset = advanced
+                if offset < end:
+                    size = min(FETCH_MAX_BYTES, size * 4)
+                    pending = asyncio.ensure_future(self._fetch(client, tp, offset, size))
+                for batch in batches:
+                    if not batch.is_control_batch:
+                        yield batch
+        finally:
+            if pending is not None:
+                pending.cancel()
+                with contextlib.suppress(BaseException):
+                    await pending
 
     async def _scan(self, consumer: Any, tp: Any, key: bytes, end: int, from_ms: int, to_ms: int, choose: Choose,
                     batch_events: int, stats: ReadStats) -> AsyncIterator[ArchivedBatch]:
+        # The hot loop of a read: one pass per record of the partition, nothing decoded but kept records.
         start = await consumer.position(tp)
         params: ArchiveParams | None = None
         keep: Callable[[int], bool] | None = None
         fast: _FastValues | None = None
-        out: ArchivedBatch | None = None
-        last_ts = -1
+        out = ArchivedBatch(ArchiveParams("", 0, None, None))
+        stamps, values, flags = out.timestamps_ms, out.values, out.extrapolated
+        last_ts = from_ms - 1  # also skips what is stamped before from_ms
+        scanned = matched = decoded = duplicates = 0
         done = False
-        async for batch in self._batches(consumer, tp, start, end):
-            for rec in batch:
-                stats.scanned += 1
-                offset = rec.offset
-                if offset < start:
-                    continue
-                if offset >= end:
-                    done = True
-                    break
-                if rec.key != key:
-                    continue
-                ts = rec.timestamp
-                if ts < from_ms:
-                    continue
-                if ts > to_ms:
-                    done = True
-                    break
-                if ts <= last_ts:  # a copy (at-least-once export, two archivers) or out of order: the first
-                    stats.duplicates += 1
-                    continue
-                last_ts = ts
-                stats.matched += 1
-                if keep is not None and not keep(ts):
-                    continue
-                raw = rec.value
-                stats.decoded += 1
-                got = fast.extract(raw) if fast is not None else None
-                if got is None:  # the first record, or one not in the usual layout: decode it whole
-                    doc = json.loads(raw)
-                    now = ArchiveParams.of(doc)
-                    if now != params:  # the first record, or the archive's subscription changed
-                        params, keep = now, choose(now)
-                        fast = _FastValues.of(raw, now)
-                        if out is not None and len(out):
-                            yield out
-                        out = None
-                        if keep is not None and not keep(ts):
+        try:
+            async for batch in self._batches(consumer, tp, start, end):
+                edge = batch.base_offset < start or batch.next_offset > end
+                for rec in batch:
+                    scanned += 1
+                    if edge:
+                        offset = rec.offset
+                        if offset < start:
                             continue
-                    value, flag = doc.get("value"), bool(doc.get("extrapolated", False))
-                else:
-                    value, flag = got
-                if out is None:
-                    assert params is not None
-                    out = ArchivedBatch(params)
-                out.timestamps_ms.append(ts)
-                out.values.append(value)
-                out.extrapolated.append(flag)
-                if len(out.timestamps_ms) >= batch_events:
-                    yield out
-                    out = None
-            if done:
-                break
-        if out is not None and len(out):
-            yield out
+                        if offset >= end:
+                            done = True
+                            break
+                    if rec.key != key:
+                        continue
+                    ts = rec.timestamp
+                    if ts <= last_ts:
+                        if ts >= from_ms:  # a copy (at-least-once export, two archivers) or out of order
+                            duplicates += 1
+                        continue
+                    if ts > to_ms:
+                        done = True
+                        break
+                    last_ts = ts
+                    matched += 1
+                    if keep is not None and not keep(ts):
+                        continue
+                    raw = rec.value
+                    decoded += 1
+                    got = fast.extract(raw) if fast is not None else None
+                    if got is None:  # the first record, or one not in the usual layout: decode it whole
+                        doc = json.loads(raw)
+                        now = ArchiveParams.of(doc)
+                        if now != params:  # the first record, or the archive's subscription changed
+                            params, keep = now, choose(now)
+                            fast = _FastValues.of(raw, now)
+                            if stamps:
+                                yield out
+                            out = ArchivedBatch(now)
+                            stamps, values, flags = out.timestamps_ms, out.values, out.extrapolated
+                            if keep is not None and not keep(ts):
+                                continue
+                        value, flag = doc.get("value"), bool(doc.get("extrapolated", False))
+                    else:
+                        value, flag = got
+                    stamps.append(ts)
+                    values.append(value)
+                    flags.append(flag)
+                    if len(stamps) >= batch_events:
+                        yield out
+                        out = ArchivedBatch(out.params)
+                        stamps, values, flags = out.timestamps_ms, out.values, out.extrapolated
+                if done:
+                    break
+            if stamps:
+                yield out
+        finally:
+            stats.scanned += scanned
+            stats.matched += matched
+            stats.decoded += decoded
+            stats.duplicates += duplicates
 
 
 class _FastValues:
@@ -301,11 +335,11 @@ class _FastValues:
     whose value does not parse, gives None: it is decoded whole (and may change the rule).
     """
 
-    __slots__ = ("head", "numeric", "tail")
+    __slots__ = ("flagged", "numeric", "unflagged")
 
     def __init__(self, head: bytes, tail: bytes, numeric: bool) -> None:
-        self.head = head
-        self.tail = tail
+        self.unflagged = head + b"false" + tail
+        self.flagged = head + b"true" + tail
         self.numeric = numeric
 
     @classmethod
@@ -318,18 +352,11 @@ class _FastValues:
         return fast if fast.extract(raw) is not None else None
 
     def extract(self, raw: bytes) -> tuple[Any, bool] | None:
-        head = self.head
-        k = raw.rfind(head)
-        if k < 0:
-            return None
-        k += len(head)
-        if raw.startswith(b"true", k):
-            flag, k = True, k + 4
-        elif raw.startswith(b"false", k):
-            flag, k = False, k + 5
+        if raw.rfind(self.unflagged) >= 0:
+            flag = False
+        elif raw.rfind(self.flagged) >= 0:
+            flag = True
         else:
-            return None
-        if self.tail and not raw.startswith(self.tail, k):
             return None
         i = raw.find(b',"value":')
         j = raw.find(b',"value_num":', i)

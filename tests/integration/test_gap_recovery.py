@@ -43,10 +43,11 @@ DOWN_S = 2.0
 RECOVER_AFTER_MS = 2000
 
 
-def spawn(what: str, *args: str) -> tuple[subprocess.Popen[str], dict[str, str]]:
+def spawn(what: str, *args: str, stderr: int = subprocess.DEVNULL) -> tuple[subprocess.Popen[str], dict[str, str]]:
+    """A ``gridstat`` role, once it printed READY; ``stderr=subprocess.PIPE`` for :func:`final_line`."""
     cmd = [sys.executable, "-m", "gridstat.cli.main", *args, "--exit-with-parent"]
     started: tuple[subprocess.Popen[str], dict[str, str]] = children.spawn(cmd, what=what, timeout_s=60,
-                                                                            stderr=subprocess.PIPE)
+                                                                            stderr=stderr)
     return started
 
 
@@ -76,7 +77,7 @@ async def test_a_router_killed_for_two_seconds_leaves_no_unrecoverable_event(
     try:
         procs["publisher"], _ = await asyncio.to_thread(
             spawn, "gridstat publish", "publish", "--name", "pmugap", "--edge", control("e1"), "--variable", "freq",
-            "--interval-ms", str(INTERVAL_MS), "--stats-every-s", "0", "-o", "json")
+            "--interval-ms", str(INTERVAL_MS), "--stats-every-s", "0", "-o", "json", stderr=subprocess.PIPE)
         procs["archive"], _ = await asyncio.to_thread(
             spawn, "gridstat archive", "archive", "--name", "gaparchive", "--edge", control("e1"), "--kafka",
             kafka.bootstrap, "--interval-ms", str(INTERVAL_MS), "--latency-ms", "500", VARIABLE)
@@ -92,7 +93,7 @@ async def test_a_router_killed_for_two_seconds_leaves_no_unrecoverable_event(
         procs["cli"], _ = await asyncio.to_thread(
             spawn, "gridstat subscribe", "subscribe", "--name", "ops", "--edge", control("e2"), "--variable", VARIABLE,
             "--admit", "--interval-ms", str(2 * INTERVAL_MS), "--latency-ms", "50", "--history", server,
-            "--recover-after-ms", str(RECOVER_AFTER_MS), "--stats-every-s", "0", "-o", "json")
+            "--recover-after-ms", str(RECOVER_AFTER_MS), "--stats-every-s", "0", "-o", "json", stderr=subprocess.PIPE)
         listed = broker.stub.ListSubscriptions(bpb.ListSubscriptionsRequest(subscriber="ems"), timeout=5)
         assert [tuple(p.routers) for r in listed.subscriptions for a in r.allocations for p in a.paths] == \
             [("e1", "i1", "e2")]

@@ -210,7 +210,9 @@ class Subscriber:
         what one delivered event is worth and ``best_effort`` asks for no guarantee: routers under
         overload shed best-effort and low-priced streams first (docs/overload.md).
 
-        ``recover`` fills the subscription's gaps from the history service (``recover``)."""
+        ``recover`` fills the subscription's gaps from the history service, delivered to
+        ``on_recovered`` or, with ``recovered="in_order"``, to ``on_event`` (``recover``; an alert
+        variable is aperiodic and has no gaps: for it ``recover`` is ignored)."""
         if self.session is None:
             raise ValidationError(f"subscriber {self.name} has no edge session; use Subscriber.connect",
                                   field="session")

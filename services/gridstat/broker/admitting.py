@@ -38,7 +38,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from gridstat.broker import installer
@@ -78,6 +78,8 @@ class SubscriptionCoordinator:
         self.admission: AdmissionLink | None = None
         #: The controller's note for each subscription admitted lately, until the reply takes it.
         self.notes: OrderedDict[str, AdmissionNote] = OrderedDict()
+        #: Called with a variable's name once it is unregistered, under the lock (``querying``).
+        self.on_unregistered: list[Callable[[str], None]] = []
 
     # -- a subscription arrives ---------------------------------------------------------------
     async def subscribe(self, subscriber: str, variable: str, type_spec: TypeSpec | None, qos: Iterable[ModeQoS],
@@ -202,6 +204,8 @@ class SubscriptionCoordinator:
         with cloud.store.transaction():
             cloud.store.delete("publications", full_name)
         cloud.adverts_version += 1
+        for hook in self.on_unregistered:
+            hook(full_name)
         self.sync_admission()
         return len(sids)
 

@@ -9,7 +9,8 @@ its own piece of state:
 * ``modes`` (``modes.ModeCoordinator``): the mode registry, the current mode, the five-phase change;
 * ``flooding`` (``flooding.FloodingCoordinator``): the flooded variables and flood-all subscribers;
 * ``condensation`` (``condensing.CondensationCoordinator``): the placed condensation functions;
-* ``segments`` (``segments.SegmentCoordinator``): inter-cloud channels and reserved segments.
+* ``segments`` (``segments.SegmentCoordinator``): inter-cloud channels and reserved segments;
+* ``queries`` (``querying.QueryCoordinator``): standing query subscriptions (docs/queries.md).
 
 The front itself keeps the lifecycle, the restore from the store, the topology (routers and
 channels), the clients and publications, the channel keys and the authorization checks, and
@@ -45,6 +46,7 @@ from gridstat.broker.gate import AdmissionGate
 from gridstat.broker.healing import LinkWatch, PathRepair
 from gridstat.broker.installer import RouterLink
 from gridstat.broker.modes import ModeChange, ModeCoordinator
+from gridstat.broker.querying import QueryCoordinator
 from gridstat.broker.segments import SegmentCoordinator
 from gridstat.broker.state import (
     Client,
@@ -92,6 +94,9 @@ class LeafBroker:
         self.condensation = CondensationCoordinator(self.cloud, self.subscriptions, self.modes)
         self.segments = SegmentCoordinator(self.cloud, self.subscriptions)
         self.healing = PathRepair(self.cloud, self.subscriptions)
+        self.queries = QueryCoordinator(self.cloud, self.subscriptions, authorize=lambda subscriber, variable:
+                                        self.authorize("subscribe", subscriber, variable, field="query.where"))
+        self.subscriptions.on_unregistered.append(self.queries.publication_gone)
         self.link_watch = LinkWatch(self.cloud, self.healing)
         # The supervisor's hooks: expired segments go before each pass; a rebuilt router is put in
         # the current mode, gets its condensation slots before its routes, then its flooding
@@ -163,6 +168,7 @@ class LeafBroker:
 
             self.healing.report = report
         self._task = create_guarded_task(self.supervisor.run(), name=f"broker-{self.name}-supervise")
+        self.queries.replan_all()
         for name in self.cloud.links:
             self.link_watch.follow(name)
 
@@ -204,6 +210,7 @@ class LeafBroker:
         for d in store.all("subscriptions"):
             st.restore(record_from_json(d))
         self.condensation.load()
+        self.queries.load()
         st.next_client_id = int(store.get_meta("next_client_id") or st.next_client_id)
         st.next_subscription = int(store.get_meta("next_subscription") or st.next_subscription)
         self.modes.load()
@@ -476,6 +483,7 @@ class LeafBroker:
             for sid in [r.subscription_id for r in st.subscriptions.values() if r.subscriber == name]:
                 await self.subscriptions.unsubscribe_locked(sid)
             self.flooding.forget_flood_all(name)
+            self.queries.subscriber_gone(name)
         else:
             for var in [v for v in st.registry if v.publisher == name]:
                 await self.subscriptions.unregister_publication_locked(var.full_name)
@@ -520,6 +528,7 @@ class LeafBroker:
                 self.store.put("publications", var.full_name, doc)
             self.cloud.adverts_version += 1
         self.subscriptions.sync_admission()
+        self.queries.publication_added(var)
         return var
 
     async def unregister_publication(self, full_name: str) -> int:

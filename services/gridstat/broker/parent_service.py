@@ -413,6 +413,7 @@ class ParentServicer(pb_grpc.QoSBrokerServicer):
 
     RegisterClient = UnregisterClient = RegisterPublication = UnregisterPublication = _leaf_only
     ChangeSubscription = ListPublications = AddRouter = RemoveRouter = AddChannel = RemoveChannel = _leaf_only
+    SubscribeQuery = UnsubscribeQuery = ListQueries = _leaf_only
 
     def _topology_reply(self) -> pb.TopologyReply:
         return pb.TopologyReply(topology_version=self.broker.version)

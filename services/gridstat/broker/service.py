@@ -26,11 +26,12 @@ from gridstat.broker.flooding_service import FloodingHandlers
 from gridstat.broker.gate import caller_of
 from gridstat.broker.leaf import LeafBroker
 from gridstat.broker.modes_service import ModeHandlers
+from gridstat.broker.querying import Query
 from gridstat.broker.rejections import CapacityExceeded, LatencyUnattainable, NoFeasiblePath
 from gridstat.broker.segments import SegmentKind, segment_id
 from gridstat.broker.state import ForeignChannel, ModeQoS, RouterEndpoint, SubscriptionRecord
 from gridstat.broker.topology import RouterRole
-from gridstat.core import rpc, wire
+from gridstat.core import expressions, rpc, wire
 from gridstat.core.filtering import granted_interval_ms
 from gridstat.core.protoconv import priority_of, publication_to_pb, type_from_pb, type_to_pb
 from gridstat.errors import (
@@ -90,6 +91,31 @@ def record_to_reply(broker: LeafBroker, r: SubscriptionRecord) -> pb.SubscribeRe
     return pb.SubscribeReply(admitted=True, subscription=sub, variable_id=r.variable_id,
                              pub_interval_ms=r.pub_interval_ms, allocations=allocations,
                              frames_per_s=r.frames_per_s, attributes=attributes)
+
+
+def query_to_reply(broker: LeafBroker, q: Query) -> pb.QueryReply:
+    """A query subscription and each member's outcome; an admitted member whose subscription was removed
+    since (``gridstat sub rm``) is reported as removed."""
+    query = pb.QuerySubscription(
+        query_id=q.query_id, subscriber=q.subscriber, where=q.where, edge_router=q.edge_router,
+        qos=[pb.ModeQoS(mode=m.mode, interval_ms=m.interval_ms, latency_ms=int(m.latency_ms),
+                        redundancy=m.redundancy, priority=m.priority, price=m.price, best_effort=m.best_effort)
+             for m in q.qos])
+    members = []
+    for m in q.members.values():
+        record = broker.state.subscriptions.get(m.subscription_id) if m.admitted else None
+        if record is not None:
+            members.append(pb.QueryMember(variable=m.variable, admitted=True, subscription_id=m.subscription_id,
+                                          subscription=record_to_reply(broker, record)))
+        elif m.admitted:
+            members.append(pb.QueryMember(variable=m.variable, subscription_id=m.subscription_id,
+                                          rejection=pb.Rejection(reason="NotFound", message=(
+                                              f"subscription {m.subscription_id} of {m.variable} was removed"),
+                                              field="subscription_id")))
+        else:
+            members.append(pb.QueryMember(variable=m.variable, rejection=pb.Rejection(
+                reason=m.reason, message=m.message, field=m.field)))
+    return pb.QueryReply(query=query, members=members)
 
 
 async def bounded(broker: LeafBroker, context: Any, declared: str, call: Callable[[], Awaitable[T]]) -> T:
@@ -233,8 +259,34 @@ class QoSBrokerServicer(pb_grpc.QoSBrokerServicer):
         return pb.ListSubscriptionsReply(subscriptions=[record_to_reply(self.broker, r) for r in recs])
 
     async def ListPublications(self, request: pb.ListPublicationsRequest, context: Any) -> pb.ListPublicationsReply:
-        return pb.ListPublicationsReply(publications=[self._publication(v.full_name)
-                                                      for v in self.broker.state.registry])
+        async def call() -> pb.ListPublicationsReply:
+            where = expressions.parse(request.where) if request.where.strip() else None
+            return pb.ListPublicationsReply(publications=[
+                self._publication(v.full_name) for v in self.broker.state.registry
+                if where is None or expressions.matches(where, v)])
+        return await rpc.guarded(context, call)
+
+    async def SubscribeQuery(self, request: pb.SubscribeQueryRequest, context: Any) -> pb.QueryReply:
+        async def call() -> pb.QueryReply:
+            q = request.query
+            self.broker.bind_identity(context, q.subscriber, field="query.subscriber")
+            query = await self.broker.queries.add(q.subscriber, q.where, [qos_from_pb(m) for m in q.qos],
+                                                  edge_router=q.edge_router, query_id=q.query_id)
+            return query_to_reply(self.broker, query)
+        return await bounded(self.broker, context, request.query.subscriber, call)
+
+    async def UnsubscribeQuery(self, request: pb.UnsubscribeQueryRequest, context: Any) -> pb.UnsubscribeQueryReply:
+        async def call() -> pb.UnsubscribeQueryReply:
+            query = self.broker.queries.queries.get(request.query_id)
+            if query is not None:
+                self.broker.bind_identity(context, query.subscriber, field="query_id")
+            return pb.UnsubscribeQueryReply(subscriptions_removed=await self.broker.queries.remove(request.query_id))
+        return await rpc.guarded(context, call)
+
+    async def ListQueries(self, request: pb.ListQueriesRequest, context: Any) -> pb.ListQueriesReply:
+        scope = self.broker.listing_scope(context)  # a client sees only its own (docs/security.md)
+        return pb.ListQueriesReply(queries=[query_to_reply(self.broker, q)
+                                            for q in self.broker.queries.listed(request.subscriber, scope)])
 
     async def AddRouter(self, request: pb.AddRouterRequest, context: Any) -> pb.TopologyReply:
         async def call() -> pb.TopologyReply:

@@ -31,7 +31,7 @@ SCHEMA_VERSION = 1
 #: SQLite's companions of a database file (WAL mode, rollback journal).
 COMPANIONS = ("-wal", "-shm", "-journal")
 _TABLES = ("routers", "channels", "foreign_channels", "clients", "publications", "subscriptions", "condensations",
-           "flooding", "flood_all")
+           "flooding", "flood_all", "queries")
 
 
 def _type_to_json(t: TypeSpec) -> dict[str, Any]:

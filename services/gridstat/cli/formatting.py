@@ -183,6 +183,33 @@ def routes_data(router: str, address: str, routes: rpb.ListRoutesReply, channels
 # Plain data -> output
 
 
+def query_data(reply: bpb.QueryReply) -> Data:
+    """A query subscription (SubscribeQuery's reply, or one of ListQueries) and each variable's outcome."""
+    q = reply.query
+    return {
+        "query_id": q.query_id, "subscriber": q.subscriber, "where": q.where, "edge_router": q.edge_router,
+        "qos": [qos_data(m) for m in q.qos],
+        "members": [{"variable": m.variable, "admitted": m.admitted, "subscription_id": m.subscription_id,
+                     **({"subscription": admission_data(m.subscription)} if m.admitted else
+                        {"rejection": {"reason": m.rejection.reason, "message": m.rejection.message,
+                                       "field": m.rejection.field}})}
+                    for m in sorted(reply.members, key=lambda m: m.variable)],
+    }
+
+
+def query_view(d: Data) -> RenderableType:
+    admitted = sum(1 for m in d["members"] if m["admitted"])
+    head = Text.assemble(("query subscription ", "bold"), f"{d['query_id']} for {d['subscriber']} at "
+                         f"{d['edge_router']}: where {d['where']}; {admitted} of {len(d['members'])} variables "
+                         "admitted")
+    members = _table("variables", ("variable", "outcome", "subscription", "paths / reason"), (
+        (m["variable"], "admitted" if m["admitted"] else "rejected", m["subscription_id"],
+         " | ".join(" -> ".join(p["routers"]) for a in m["subscription"]["allocations"] for p in a["paths"])
+         if m["admitted"] else f"{m['rejection']['reason']}: {m['rejection']['message']}")
+        for m in d["members"]), empty="no variable matches yet (later ones are added as they register)")
+    return Group(head, Text(f"QoS: {_qos_text(d['qos'])}"), members)
+
+
 def to_json(data: object) -> str:
     return json.dumps(data, indent=2, sort_keys=False)
 

@@ -23,6 +23,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
                                              "hop-by-hop admission)"),
     "bench": ("gridstat.bench.main", "benchmarks: gridstat bench router | tables | broker | modes | overload"),
     "sub": ("gridstat.cli.sub", "subscriptions on the QoS broker: 'gridstat sub add|list|rm'"),
+    "variables": ("gridstat.cli.variables", "registered status variables and their attributes: "
+                                            "'gridstat variables list [--where EXPR]'"),
     "topology": ("gridstat.cli.topology", "the QoS broker's topology: 'gridstat topology show'"),
     "mode": ("gridstat.cli.mode", "operating modes: 'gridstat mode list|define|change'"),
     "flood": ("gridstat.cli.flood", "limited flooding of variables: 'gridstat flood set|remove|list'"),

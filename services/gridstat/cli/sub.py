@@ -1,5 +1,11 @@
 """``gridstat sub add|list|rm``: subscriptions, through QoSBroker on the leaf broker.
 
+``sub add --where EXPR`` (instead of a variable) adds a standing query subscription
+(docs/queries.md): every registered variable the expression matches, now and later, admitted
+individually with the same QoS; it prints each variable's outcome and exits 0 even when some were
+rejected (3 only if every matching variable was). ``sub list --queries`` and ``sub rm --query ID``
+list and remove query subscriptions.
+
 ``sub add`` prints the admission (subscription id, variable id, the paths of every mode with their
 latency). A broker may refuse either with a reply ``admitted=false`` carrying a Rejection and an Offer,
 or with an error status whose trailing metadata ``gridstat-reason`` names the reason; both print
@@ -19,6 +25,8 @@ from gridstat.cli.formatting import (
     VALUE_KINDS,
     admission_data,
     admission_view,
+    query_data,
+    query_view,
     rejection_data,
     rejection_from_reply,
     rejection_lines,
@@ -27,6 +35,8 @@ from gridstat.cli.formatting import (
     subscriptions_view,
     to_json,
 )
+from gridstat.core import expressions
+from gridstat.errors import ValidationError
 from gridstat.v1 import broker_pb2 as bpb
 
 
@@ -35,7 +45,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
 
     add = actions.add_parser("add", help="subscribe a subscriber to a variable with QoS")
-    add.add_argument("variable", metavar="VARIABLE", help="PUBLISHER/VARIABLE")
+    add.add_argument("variable", metavar="VARIABLE", nargs="?", default=None,
+                     help="PUBLISHER/VARIABLE (or --where)")
+    add.add_argument("--where", default=None, metavar="EXPR",
+                     help="a standing query subscription instead: every variable this expression matches, now "
+                          "and later, e.g. \"kind = 'freq' and region = 'west'\" (docs/queries.md)")
     add.add_argument("--subscriber", required=True, metavar="NAME")
     add.add_argument("--edge", required=True, metavar="ROUTER", help="the subscriber's edge router")
     add.add_argument("--interval-ms", type=int, required=True, metavar="N", help="delivery interval")
@@ -57,10 +71,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     ls = actions.add_parser("list", help="list the broker's subscriptions")
     ls.add_argument("--subscriber", default="", metavar="NAME", help="only this subscriber's")
+    ls.add_argument("--queries", action="store_true", help="the query subscriptions and their variables' outcomes")
     common.add_common_arguments(ls)
 
     rm = actions.add_parser("rm", help="remove a subscription and its routes")
-    rm.add_argument("subscription_id", metavar="SUBSCRIPTION_ID")
+    rm.add_argument("subscription_id", metavar="SUBSCRIPTION_ID", help="a subscription's, or with --query a query "
+                                                                       "subscription's id")
+    rm.add_argument("--query", action="store_true", help="remove a query subscription and its subscriptions")
     common.add_common_arguments(rm)
 
 
@@ -95,6 +112,10 @@ def _print_rejection(data: dict[str, object], output: str) -> int:
 
 
 def add(args: argparse.Namespace) -> int:
+    if (args.variable is None) == (args.where is None):
+        raise ValidationError("give either VARIABLE or --where EXPR", field="variable")
+    if args.where is not None:
+        return _add_query(args)
     sub = subscription_request(args.variable, subscriber=args.subscriber, edge=args.edge,
                                interval_ms=args.interval_ms, latency_ms=args.latency_ms,
                                redundancy=args.redundancy, priority=args.priority, modes=args.mode or [0],
@@ -128,13 +149,55 @@ def add(args: argparse.Namespace) -> int:
     return common.EXIT_OK
 
 
+def _add_query(args: argparse.Namespace) -> int:
+    where = expressions.render(expressions.parse(args.where))  # a fault: ExpressionError with its column, exit 2
+    # the QoS options are checked as for one variable's subscription ("*/*" stands for the variables to come)
+    sub = subscription_request("*/*", subscriber=args.subscriber, edge=args.edge, interval_ms=args.interval_ms,
+                               latency_ms=args.latency_ms, redundancy=args.redundancy, priority=args.priority,
+                               modes=args.mode or [0], value_type=None, price=args.price,
+                               best_effort=args.best_effort)
+    query = bpb.QuerySubscription(subscriber=args.subscriber, where=where, edge_router=args.edge, qos=sub.qos)
+    timeout = common.check_timeout(args.timeout)
+    address, channel, stub = common.broker_stub(args)
+    with channel:
+        if args.endpoint is not None:
+            common.call(f"broker at {address}", functools.partial(_register, args, stub, timeout))
+        reply = common.call(f"broker at {address}", functools.partial(
+            stub.SubscribeQuery, bpb.SubscribeQueryRequest(query=query), timeout=timeout))
+    data = query_data(reply)
+    common.emit(args.output, data, query_view)
+    members = data["members"]
+    if members and not any(m["admitted"] for m in members):
+        return common.EXIT_REJECTED
+    return common.EXIT_OK
+
+
 def list_(args: argparse.Namespace) -> int:
+    if args.queries:
+        queries = common.broker_call(args, "ListQueries", bpb.ListQueriesRequest(subscriber=args.subscriber))
+        data = [query_data(q) for q in sorted(queries.queries, key=lambda q: q.query.query_id)]
+        if args.output == "json":
+            print(to_json(data))
+        else:
+            for d in data:
+                common.print_table(query_view(d))
+            if not data:
+                print("no query subscriptions")
+        return common.EXIT_OK
     reply = common.broker_call(args, "ListSubscriptions", bpb.ListSubscriptionsRequest(subscriber=args.subscriber))
     common.emit(args.output, subscriptions_data(reply), subscriptions_view)
     return common.EXIT_OK
 
 
 def rm(args: argparse.Namespace) -> int:
+    if args.query:
+        gone = common.broker_call(args, "UnsubscribeQuery", bpb.UnsubscribeQueryRequest(query_id=args.subscription_id))
+        if args.output == "json":
+            print(to_json({"query_id": args.subscription_id, "subscriptions_removed": gone.subscriptions_removed}))
+        else:
+            print(f"removed query subscription {args.subscription_id} ({gone.subscriptions_removed} subscriptions "
+                  "removed)")
+        return common.EXIT_OK
     reply = common.broker_call(args, "Unsubscribe", bpb.UnsubscribeRequest(subscription_id=args.subscription_id))
     if args.output == "json":
         print(to_json({"subscription_id": args.subscription_id, "routes_removed": reply.routes_removed}))

@@ -143,14 +143,16 @@ RULES: Mapping[str, frozenset[str]] = {
     # An edge router's proxy: what clients ask their broker through their edge router.
     **_service("EdgeProxy", {m: frozenset((CLIENT, ADMIN)) for m in (
         "RegisterClient", "UnregisterClient", "RegisterPublication", "UnregisterPublication", "Subscribe",
-        "Unsubscribe", "ChangeSubscription", "ListSubscriptions", "SetFloodAll", "ListModes")}),
+        "Unsubscribe", "ChangeSubscription", "ListSubscriptions", "SetFloodAll", "ListModes", "SubscribeQuery",
+        "UnsubscribeQuery", "ListQueries")}),
     **_service("QoSBroker", {
         # Clients' own calls (bound to the client's certificate by broker.authz.IdentityBinding), relayed
         # by edge proxies, made for clients by administrators, and by a parent for inter-cloud segments.
         **{m: _CLIENTS for m in (
             "RegisterClient", "UnregisterClient", "RegisterPublication", "UnregisterPublication", "Subscribe",
             "Unsubscribe", "ChangeSubscription", "ListSubscriptions", "ListPublications", "SetFloodAll",
-            "ListModes", "CreateCondensation", "RemoveCondensation", "ListCondensations")},
+            "ListModes", "CreateCondensation", "RemoveCondensation", "ListCondensations", "SubscribeQuery",
+            "UnsubscribeQuery", "ListQueries")},
         # Management of the cloud and the hierarchy.
         **{m: _MANAGERS for m in (
             "AddRouter", "RemoveRouter", "AddChannel", "RemoveChannel", "AddInterCloudChannel",

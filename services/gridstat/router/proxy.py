@@ -158,12 +158,19 @@ class EdgeProxyServicer(epb_grpc.EdgeProxyServicer):
         reply: bpb.SubscribeReply = await self._relay("Subscribe", request, context)
         return reply
 
+    async def SubscribeQuery(self, request: bpb.SubscribeQueryRequest, context: Any) -> bpb.QueryReply:
+        request.query.edge_router = self.router_name
+        reply: bpb.QueryReply = await self._relay("SubscribeQuery", request, context)
+        return reply
+
     # The calls that name no edge router go to the broker as they are.
     UnregisterClient = _relayed("UnregisterClient")
     UnregisterPublication = _relayed("UnregisterPublication")
     Unsubscribe = _relayed("Unsubscribe")
     ChangeSubscription = _relayed("ChangeSubscription")
     ListSubscriptions = _relayed("ListSubscriptions")
+    UnsubscribeQuery = _relayed("UnsubscribeQuery")
+    ListQueries = _relayed("ListQueries")
     ListModes = _relayed("ListModes", "The cloud's operating modes (dissertation 6.3), for clients subscribing "
                                       "per mode.")
     SetFloodAll = _relayed("SetFloodAll", "A flood-all subscription (dissertation 5.1): the broker sets the flag of "

@@ -930,14 +930,20 @@ Global___ListSubscriptionsReply: _TypeAlias = ListSubscriptionsReply  # noqa: Y0
 
 @_typing.final
 class ListPublicationsRequest(_message.Message):
+    """where: a where-expression over the variables' fields and attributes (docs/queries.md); empty = all."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
+    WHERE_FIELD_NUMBER: _builtins.int
+    where: _builtins.str
     def __init__(
         self,
+        *,
+        where: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["where", b"where"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -962,6 +968,204 @@ class ListPublicationsReply(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ListPublicationsReply: _TypeAlias = ListPublicationsReply  # noqa: Y015
+
+@_typing.final
+class QuerySubscription(_message.Message):
+    """A standing query subscription: the subscriber's QoS for every variable `where` matches."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    QUERY_ID_FIELD_NUMBER: _builtins.int
+    SUBSCRIBER_FIELD_NUMBER: _builtins.int
+    WHERE_FIELD_NUMBER: _builtins.int
+    QOS_FIELD_NUMBER: _builtins.int
+    EDGE_ROUTER_FIELD_NUMBER: _builtins.int
+    query_id: _builtins.str
+    """unique per leaf broker; set by the broker when empty"""
+    subscriber: _builtins.str
+    where: _builtins.str
+    """docs/queries.md"""
+    edge_router: _builtins.str
+    """the subscriber's edge router (set by the proxy)"""
+    @_builtins.property
+    def qos(self) -> _containers.RepeatedCompositeFieldContainer[Global___ModeQoS]: ...
+    def __init__(
+        self,
+        *,
+        query_id: _builtins.str = ...,
+        subscriber: _builtins.str = ...,
+        where: _builtins.str = ...,
+        qos: _abc.Iterable[Global___ModeQoS] | None = ...,
+        edge_router: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["edge_router", b"edge_router", "qos", b"qos", "query_id", b"query_id", "subscriber", b"subscriber", "where", b"where"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___QuerySubscription: _TypeAlias = QuerySubscription  # noqa: Y015
+
+@_typing.final
+class QueryMember(_message.Message):
+    """What became of one matching variable: admitted (its subscription) or rejected (why)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VARIABLE_FIELD_NUMBER: _builtins.int
+    ADMITTED_FIELD_NUMBER: _builtins.int
+    SUBSCRIPTION_ID_FIELD_NUMBER: _builtins.int
+    SUBSCRIPTION_FIELD_NUMBER: _builtins.int
+    REJECTION_FIELD_NUMBER: _builtins.int
+    variable: _builtins.str
+    """"publisher/variable" """
+    admitted: _builtins.bool
+    subscription_id: _builtins.str
+    @_builtins.property
+    def subscription(self) -> Global___SubscribeReply:
+        """when admitted: the admission, as Subscribe answers it"""
+
+    @_builtins.property
+    def rejection(self) -> Global___Rejection:
+        """when rejected"""
+
+    def __init__(
+        self,
+        *,
+        variable: _builtins.str = ...,
+        admitted: _builtins.bool = ...,
+        subscription_id: _builtins.str = ...,
+        subscription: Global___SubscribeReply | None = ...,
+        rejection: Global___Rejection | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["rejection", b"rejection", "subscription", b"subscription"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["admitted", b"admitted", "rejection", b"rejection", "subscription", b"subscription", "subscription_id", b"subscription_id", "variable", b"variable"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___QueryMember: _TypeAlias = QueryMember  # noqa: Y015
+
+@_typing.final
+class SubscribeQueryRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    QUERY_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def query(self) -> Global___QuerySubscription: ...
+    def __init__(
+        self,
+        *,
+        query: Global___QuerySubscription | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["query", b"query"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["query", b"query"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SubscribeQueryRequest: _TypeAlias = SubscribeQueryRequest  # noqa: Y015
+
+@_typing.final
+class QueryReply(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    QUERY_FIELD_NUMBER: _builtins.int
+    MEMBERS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def query(self) -> Global___QuerySubscription: ...
+    @_builtins.property
+    def members(self) -> _containers.RepeatedCompositeFieldContainer[Global___QueryMember]: ...
+    def __init__(
+        self,
+        *,
+        query: Global___QuerySubscription | None = ...,
+        members: _abc.Iterable[Global___QueryMember] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["query", b"query"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["members", b"members", "query", b"query"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___QueryReply: _TypeAlias = QueryReply  # noqa: Y015
+
+@_typing.final
+class UnsubscribeQueryRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    QUERY_ID_FIELD_NUMBER: _builtins.int
+    query_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        query_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["query_id", b"query_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UnsubscribeQueryRequest: _TypeAlias = UnsubscribeQueryRequest  # noqa: Y015
+
+@_typing.final
+class UnsubscribeQueryReply(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SUBSCRIPTIONS_REMOVED_FIELD_NUMBER: _builtins.int
+    subscriptions_removed: _builtins.int
+    def __init__(
+        self,
+        *,
+        subscriptions_removed: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["subscriptions_removed", b"subscriptions_removed"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UnsubscribeQueryReply: _TypeAlias = UnsubscribeQueryReply  # noqa: Y015
+
+@_typing.final
+class ListQueriesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SUBSCRIBER_FIELD_NUMBER: _builtins.int
+    subscriber: _builtins.str
+    def __init__(
+        self,
+        *,
+        subscriber: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["subscriber", b"subscriber"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListQueriesRequest: _TypeAlias = ListQueriesRequest  # noqa: Y015
+
+@_typing.final
+class ListQueriesReply(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    QUERIES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def queries(self) -> _containers.RepeatedCompositeFieldContainer[Global___QueryReply]: ...
+    def __init__(
+        self,
+        *,
+        queries: _abc.Iterable[Global___QueryReply] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["queries", b"queries"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListQueriesReply: _TypeAlias = ListQueriesReply  # noqa: Y015
 
 @_typing.final
 class RouterInfo(_message.Message):

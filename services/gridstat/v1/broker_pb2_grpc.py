@@ -82,6 +82,21 @@ class QoSBrokerStub:
                 request_serializer=gridstat_dot_v1_dot_broker__pb2.ListPublicationsRequest.SerializeToString,
                 response_deserializer=gridstat_dot_v1_dot_broker__pb2.ListPublicationsReply.FromString,
                 _registered_method=True)
+        self.SubscribeQuery = channel.unary_unary(
+                '/gridstat.v1.QoSBroker/SubscribeQuery',
+                request_serializer=gridstat_dot_v1_dot_broker__pb2.SubscribeQueryRequest.SerializeToString,
+                response_deserializer=gridstat_dot_v1_dot_broker__pb2.QueryReply.FromString,
+                _registered_method=True)
+        self.UnsubscribeQuery = channel.unary_unary(
+                '/gridstat.v1.QoSBroker/UnsubscribeQuery',
+                request_serializer=gridstat_dot_v1_dot_broker__pb2.UnsubscribeQueryRequest.SerializeToString,
+                response_deserializer=gridstat_dot_v1_dot_broker__pb2.UnsubscribeQueryReply.FromString,
+                _registered_method=True)
+        self.ListQueries = channel.unary_unary(
+                '/gridstat.v1.QoSBroker/ListQueries',
+                request_serializer=gridstat_dot_v1_dot_broker__pb2.ListQueriesRequest.SerializeToString,
+                response_deserializer=gridstat_dot_v1_dot_broker__pb2.ListQueriesReply.FromString,
+                _registered_method=True)
         self.AddRouter = channel.unary_unary(
                 '/gridstat.v1.QoSBroker/AddRouter',
                 request_serializer=gridstat_dot_v1_dot_broker__pb2.AddRouterRequest.SerializeToString,
@@ -249,6 +264,26 @@ class QoSBrokerServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListPublications(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SubscribeQuery(self, request, context):
+        """A standing query subscription (docs/queries.md): every registered variable its where-expression
+        matches, now and later, admitted individually with its QoS; an unregistered one is dropped.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UnsubscribeQuery(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListQueries(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -434,6 +469,21 @@ def add_QoSBrokerServicer_to_server(servicer, server):
                     servicer.ListPublications,
                     request_deserializer=gridstat_dot_v1_dot_broker__pb2.ListPublicationsRequest.FromString,
                     response_serializer=gridstat_dot_v1_dot_broker__pb2.ListPublicationsReply.SerializeToString,
+            ),
+            'SubscribeQuery': grpc.unary_unary_rpc_method_handler(
+                    servicer.SubscribeQuery,
+                    request_deserializer=gridstat_dot_v1_dot_broker__pb2.SubscribeQueryRequest.FromString,
+                    response_serializer=gridstat_dot_v1_dot_broker__pb2.QueryReply.SerializeToString,
+            ),
+            'UnsubscribeQuery': grpc.unary_unary_rpc_method_handler(
+                    servicer.UnsubscribeQuery,
+                    request_deserializer=gridstat_dot_v1_dot_broker__pb2.UnsubscribeQueryRequest.FromString,
+                    response_serializer=gridstat_dot_v1_dot_broker__pb2.UnsubscribeQueryReply.SerializeToString,
+            ),
+            'ListQueries': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListQueries,
+                    request_deserializer=gridstat_dot_v1_dot_broker__pb2.ListQueriesRequest.FromString,
+                    response_serializer=gridstat_dot_v1_dot_broker__pb2.ListQueriesReply.SerializeToString,
             ),
             'AddRouter': grpc.unary_unary_rpc_method_handler(
                     servicer.AddRouter,
@@ -787,6 +837,87 @@ class QoSBroker:
             '/gridstat.v1.QoSBroker/ListPublications',
             gridstat_dot_v1_dot_broker__pb2.ListPublicationsRequest.SerializeToString,
             gridstat_dot_v1_dot_broker__pb2.ListPublicationsReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SubscribeQuery(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gridstat.v1.QoSBroker/SubscribeQuery',
+            gridstat_dot_v1_dot_broker__pb2.SubscribeQueryRequest.SerializeToString,
+            gridstat_dot_v1_dot_broker__pb2.QueryReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UnsubscribeQuery(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gridstat.v1.QoSBroker/UnsubscribeQuery',
+            gridstat_dot_v1_dot_broker__pb2.UnsubscribeQueryRequest.SerializeToString,
+            gridstat_dot_v1_dot_broker__pb2.UnsubscribeQueryReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListQueries(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gridstat.v1.QoSBroker/ListQueries',
+            gridstat_dot_v1_dot_broker__pb2.ListQueriesRequest.SerializeToString,
+            gridstat_dot_v1_dot_broker__pb2.ListQueriesReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -79,6 +79,21 @@ class EdgeProxyStub:
                 request_serializer=gridstat_dot_v1_dot_broker__pb2.SetFloodAllRequest.SerializeToString,
                 response_deserializer=gridstat_dot_v1_dot_broker__pb2.BrokerFloodingReply.FromString,
                 _registered_method=True)
+        self.SubscribeQuery = channel.unary_unary(
+                '/gridstat.v1.EdgeProxy/SubscribeQuery',
+                request_serializer=gridstat_dot_v1_dot_broker__pb2.SubscribeQueryRequest.SerializeToString,
+                response_deserializer=gridstat_dot_v1_dot_broker__pb2.QueryReply.FromString,
+                _registered_method=True)
+        self.UnsubscribeQuery = channel.unary_unary(
+                '/gridstat.v1.EdgeProxy/UnsubscribeQuery',
+                request_serializer=gridstat_dot_v1_dot_broker__pb2.UnsubscribeQueryRequest.SerializeToString,
+                response_deserializer=gridstat_dot_v1_dot_broker__pb2.UnsubscribeQueryReply.FromString,
+                _registered_method=True)
+        self.ListQueries = channel.unary_unary(
+                '/gridstat.v1.EdgeProxy/ListQueries',
+                request_serializer=gridstat_dot_v1_dot_broker__pb2.ListQueriesRequest.SerializeToString,
+                response_deserializer=gridstat_dot_v1_dot_broker__pb2.ListQueriesReply.FromString,
+                _registered_method=True)
         self.ListModes = channel.unary_unary(
                 '/gridstat.v1.EdgeProxy/ListModes',
                 request_serializer=gridstat_dot_v1_dot_broker__pb2.ListModesRequest.SerializeToString,
@@ -143,6 +158,25 @@ class EdgeProxyServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SubscribeQuery(self, request, context):
+        """Standing query subscriptions (docs/queries.md).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UnsubscribeQuery(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListQueries(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListModes(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -196,6 +230,21 @@ def add_EdgeProxyServicer_to_server(servicer, server):
                     servicer.SetFloodAll,
                     request_deserializer=gridstat_dot_v1_dot_broker__pb2.SetFloodAllRequest.FromString,
                     response_serializer=gridstat_dot_v1_dot_broker__pb2.BrokerFloodingReply.SerializeToString,
+            ),
+            'SubscribeQuery': grpc.unary_unary_rpc_method_handler(
+                    servicer.SubscribeQuery,
+                    request_deserializer=gridstat_dot_v1_dot_broker__pb2.SubscribeQueryRequest.FromString,
+                    response_serializer=gridstat_dot_v1_dot_broker__pb2.QueryReply.SerializeToString,
+            ),
+            'UnsubscribeQuery': grpc.unary_unary_rpc_method_handler(
+                    servicer.UnsubscribeQuery,
+                    request_deserializer=gridstat_dot_v1_dot_broker__pb2.UnsubscribeQueryRequest.FromString,
+                    response_serializer=gridstat_dot_v1_dot_broker__pb2.UnsubscribeQueryReply.SerializeToString,
+            ),
+            'ListQueries': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListQueries,
+                    request_deserializer=gridstat_dot_v1_dot_broker__pb2.ListQueriesRequest.FromString,
+                    response_serializer=gridstat_dot_v1_dot_broker__pb2.ListQueriesReply.SerializeToString,
             ),
             'ListModes': grpc.unary_unary_rpc_method_handler(
                     servicer.ListModes,
@@ -446,6 +495,87 @@ class EdgeProxy:
             '/gridstat.v1.EdgeProxy/SetFloodAll',
             gridstat_dot_v1_dot_broker__pb2.SetFloodAllRequest.SerializeToString,
             gridstat_dot_v1_dot_broker__pb2.BrokerFloodingReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SubscribeQuery(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gridstat.v1.EdgeProxy/SubscribeQuery',
+            gridstat_dot_v1_dot_broker__pb2.SubscribeQueryRequest.SerializeToString,
+            gridstat_dot_v1_dot_broker__pb2.QueryReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UnsubscribeQuery(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gridstat.v1.EdgeProxy/UnsubscribeQuery',
+            gridstat_dot_v1_dot_broker__pb2.UnsubscribeQueryRequest.SerializeToString,
+            gridstat_dot_v1_dot_broker__pb2.UnsubscribeQueryReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListQueries(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gridstat.v1.EdgeProxy/ListQueries',
+            gridstat_dot_v1_dot_broker__pb2.ListQueriesRequest.SerializeToString,
+            gridstat_dot_v1_dot_broker__pb2.ListQueriesReply.FromString,
             options,
             channel_credentials,
             insecure,

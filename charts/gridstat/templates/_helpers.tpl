@@ -185,6 +185,7 @@ authorization reads (docs/security.md, "Control by role"). input: the role.
 {{- range .Values.clouds }}{{ $roles = append $roles (include "gridstat.brokerCertRole" .name) }}{{ end -}}
 {{- if .Values.parent.enabled }}{{ $roles = append $roles "parent" }}{{ end -}}
 {{- if .Values.admission.enabled }}{{ $roles = append $roles "admission" }}{{ end -}}
+{{- if .Values.history.enabled }}{{ $roles = append $roles "history" }}{{ end -}}
 {{- if .Values.condensationHost.enabled }}{{ $roles = append $roles "condense" }}{{ end -}}
 {{- range .Values.c37118.gateways }}{{ $roles = append $roles (printf "pmu-gateway-%s" .name) }}{{ end -}}
 {{- range .Values.c37118.pdcServers }}{{ $roles = append $roles (printf "pdc-%s" .name) }}{{ end -}}
@@ -258,6 +259,8 @@ covered. input: (dict "root" $ "role" "broker-a"). output: JSON list.
 {{- $services = list (include "gridstat.roleName" (dict "root" $root "role" "parent")) -}}
 {{- else if eq .role "admission" -}}
 {{- $services = list (include "gridstat.roleName" (dict "root" $root "role" "admission")) -}}
+{{- else if eq .role "history" -}}
+{{- $services = list (include "gridstat.roleName" (dict "root" $root "role" "history")) -}}
 {{- end -}}
 {{- $names := list (include "gridstat.tlsIdentity" .role) -}}
 {{- if hasPrefix "pmu-gateway-" .role -}}

@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 
 import grpc
 
-from gridstat.core import protoconv, rpc
+from gridstat.core import expressions, protoconv, rpc
 from gridstat.core.model import (
     PRIORITY_HIGH,
     StatusVariable,
@@ -436,6 +436,32 @@ class EdgeSession:
         reply: bpb.ListSubscriptionsReply = await self._call("ListSubscriptions", bpb.ListSubscriptionsRequest(
             subscriber=subscriber))
         return [result_from_pb(s) for s in reply.subscriptions if s.admitted]
+
+    # -- query subscriptions (docs/queries.md) -----------------------------------------------------------
+    async def subscribe_query(self, subscriber: str, where: str,
+                              qos: Iterable[ModeQoS | Sequence[int]]) -> bpb.QueryReply:
+        """A standing query subscription: the broker admits every variable ``where`` matches, now and
+        later; the reply names each matching variable's outcome. ValidationError (with the column) for a
+        bad expression, before the broker is asked."""
+        check_name(subscriber, what="subscriber")
+        where = expressions.render(expressions.parse(where))
+        modes = [as_qos(q) for q in qos]
+        if not modes:
+            raise ValidationError("a query subscription needs the QoS of at least one mode", field="qos")
+        query = bpb.QuerySubscription(subscriber=subscriber, where=where, qos=[qos_to_pb(q) for q in modes])
+        reply: bpb.QueryReply = await self._call("SubscribeQuery", bpb.SubscribeQueryRequest(query=query),
+                                                 subscribing=True)
+        return reply
+
+    async def list_queries(self, subscriber: str = "") -> list[bpb.QueryReply]:
+        reply: bpb.ListQueriesReply = await self._call("ListQueries", bpb.ListQueriesRequest(subscriber=subscriber))
+        return list(reply.queries)
+
+    async def unsubscribe_query(self, query_id: str) -> int:
+        """Remove a query subscription and its variables' subscriptions; how many went."""
+        reply: bpb.UnsubscribeQueryReply = await self._call("UnsubscribeQuery", bpb.UnsubscribeQueryRequest(
+            query_id=query_id))
+        return reply.subscriptions_removed
 
     # -- flooding -----------------------------------------------------------------------------------
     async def set_flood_all(self, subscriber: str, enabled: bool = True) -> list[StatusVariable]:

@@ -40,6 +40,7 @@ from .extrapolation import ExtrapolationLike, as_extrapolation
 from .flooded import FloodedCallback, FloodedFeed
 from .gapfill import GIVE_UP_AFTER_MS, RECOVER_AFTER_MS, GapFiller, HistorySource, drive
 from .history import HistoryClient
+from .querying import QuerySubscription
 from .session import EdgeSession, ModeQoS
 from .snapshot import SnapshotCallback, SnapshotGroup
 from .subscription import EventCallback, Subscription, ViolationCallback
@@ -290,6 +291,28 @@ class Subscriber:
         if sid is not None and self.session is not None:
             await self.session.unsubscribe(sid)
         self._forget(sub)
+
+    async def subscribe_query(self, where: str, *, interval_ms: int, latency_ms: int, redundancy: int = 1,
+                              priority: int = PRIORITY_HIGH, mode: int = 0, price: float = 1.0,
+                              best_effort: bool = False, on_event: EventCallback | None = None,
+                              on_violation: ViolationCallback | None = None,
+                              follow_s: float | None = 1.0) -> QuerySubscription:
+        """A standing query subscription (docs/queries.md): the broker admits every variable ``where``
+        matches, now and later, each with this QoS, and drops those unregistered. Returns the local
+        side (``gridstat.client.querying.QuerySubscription``): a local subscription per admitted
+        variable, the rejected ones with their reason, kept in step every ``follow_s`` seconds (None:
+        only when ``refresh()`` is called). ValidationError with the column for a bad expression."""
+        if self.session is None:
+            raise ValidationError(f"subscriber {self.name} has no edge session; use Subscriber.connect",
+                                  field="session")
+        reply = await self.session.subscribe_query(
+            self.name, where, [ModeQoS(mode, interval_ms, latency_ms, redundancy, priority, price, best_effort)])
+        query = QuerySubscription(self, self.session, reply.query.query_id, reply.query.where,
+                                  latency_ms=latency_ms, mode=mode, on_event=on_event, on_violation=on_violation)
+        query.apply(reply)
+        if follow_s is not None:
+            query.follow(follow_s)
+        return query
 
     async def subscribe_flooded(self, on_event: FloodedCallback | None = None) -> FloodedFeed:
         """A flood-all subscription (dissertation 5.1): every variable flooded in the cloud is

@@ -23,7 +23,7 @@ from typing import Any
 
 from gridstat.v1 import broker_pb2 as bpb
 from gridstat_operator import brokers as brokering
-from gridstat_operator import conditions, plan
+from gridstat_operator import conditions, plan, selectors
 
 log = logging.getLogger(__name__)
 
@@ -216,6 +216,40 @@ class Installer:
         for sid in sorted(ids):
             await self._unsubscribe(sid)
         return len(ids)
+
+    # -- query subscriptions (spec.selector; gridstat_operator.selectors) ---------------------------
+    async def actual_query(self, query_id: str, subscriber: str, *,
+                           attempts: int | None = None) -> selectors.ActualQuery | None:
+        """The query the broker holds under ``query_id``, if any."""
+        reply = await self._call("ListQueries", bpb.ListQueriesRequest(subscriber=subscriber), attempts=attempts)
+        return next((selectors.actual_query_from_reply(q) for q in reply.queries if q.query.query_id == query_id),
+                    None)
+
+    async def apply_query(self, steps: tuple[selectors.QueryAction, ...],
+                          actual: selectors.ActualQuery | None) -> selectors.ActualQuery | None:
+        """Carry out ``plan_query``'s calls in order; what the broker holds afterwards. A query is not
+        all-or-nothing: the broker admits each matching variable on its own and says which it rejected."""
+        for step in steps:
+            if isinstance(step, selectors.UnsubscribeQuery):
+                await self.remove_query(step.actual.query_id)
+                actual = None
+            else:
+                d = step.desired
+                reply = await self._call("SubscribeQuery", bpb.SubscribeQueryRequest(query=bpb.QuerySubscription(
+                    query_id=d.query_id, subscriber=d.subscriber, where=d.where, edge_router=d.edge_router,
+                    qos=[_mode_qos_pb(q.key) for q in d.qos])))
+                actual = selectors.actual_query_from_reply(reply)
+        return actual
+
+    async def remove_query(self, query_id: str) -> int:
+        """Remove a query and its variables' subscriptions (none held: 0)."""
+        try:
+            reply = await self._call("UnsubscribeQuery", bpb.UnsubscribeQueryRequest(query_id=query_id))
+        except brokering.BrokerRefused as exc:
+            if exc.reason == "NotFound":
+                return 0
+            raise
+        return int(reply.subscriptions_removed)
 
     async def _holds(self, d: plan.DesiredSubscription, subscriber: str, prefix: str) -> bool:
         return any(a.subscription_id == d.subscription_id and dict(a.qos) == d.qos_keys

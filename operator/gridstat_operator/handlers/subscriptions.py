@@ -9,6 +9,10 @@ installer makes the difference all-or-nothing, and one status write reports ``Ad
 Subscription change (its fingerprint moves) and every ``GRIDSTAT_DRIFT_CHECK_S`` to repair what
 a broker lost. Deleting it unsubscribes everything (finalizer); an unanswered broker keeps the
 finalizer until it answers, so nothing is orphaned.
+
+With ``spec.selector`` instead of ``spec.variables`` the resource is one standing query
+subscription at the broker (``gridstat_operator.selectors``, docs/queries.md): reconciled the same
+way, its status names the matching variables admitted and rejected.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import kopf
 
 from gridstat.v1 import broker_pb2 as bpb
 from gridstat_operator import brokers as brokering
-from gridstat_operator import conditions, installing, plan, resources
+from gridstat_operator import conditions, installing, plan, resources, selectors
 from gridstat_operator.conditions import Condition
 from gridstat_operator.handlers import common
 
@@ -131,8 +135,12 @@ async def subscription_delete(
         return  # an unknown cloud never got anything installed
     try:
         async with common.lock(memo, body):
-            removed = await installing.Installer(b, address).remove_all(
-                subscriber=spec.get("subscriber", ""), prefix=prefix, known=known)
+            installer = installing.Installer(b, address)
+            removed = 0
+            if spec.get("selector") or (body.get("status") or {}).get("query"):
+                removed += await installer.remove_query(selectors.query_id(meta.namespace or "", meta.name or ""))
+                known = [sid for sid in known if sid.startswith(prefix)]  # the query's own went with it
+            removed += await installer.remove_all(subscriber=spec.get("subscriber", ""), prefix=prefix, known=known)
     except brokering.BrokerError as exc:
         kopf.warn(body, reason=exc.reason, message=f"cannot unsubscribe yet, will retry: {exc}")
         raise kopf.TemporaryError(f"{exc.reason}: {exc}", delay=common.backoff_s(retry)) from None
@@ -144,6 +152,10 @@ def wanted_fingerprint(body: Mapping[str, Any], mode_index: Any) -> str:
     """What the resource asks for now, as a digest; a spec error is its own fingerprint."""
     meta = body["metadata"]
     try:
+        if (body.get("spec") or {}).get("selector") is not None:
+            return selectors.query_fingerprint(selectors.desired_query(
+                namespace=meta["namespace"], name=meta["name"], labels=meta.get("labels") or {},
+                spec=body.get("spec") or {}, modes=common.modes_of(meta["namespace"], mode_index)))
         desired = plan.desired_subscriptions(namespace=meta["namespace"], name=meta["name"],
                                              labels=meta.get("labels") or {}, spec=body.get("spec") or {},
                                              modes=common.modes_of(meta["namespace"], mode_index))
@@ -166,6 +178,8 @@ async def reconcile(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, mode_in
         return None
     modes = common.modes_of(namespace, mode_index)
     b = common.brokers(memo)
+    if spec.get("selector") is not None:
+        return await reconcile_query(body, patch, b, modes)
     try:
         desired = plan.desired_subscriptions(namespace=namespace, name=name, labels=dict(meta.labels),
                                              spec=spec, modes=modes)
@@ -209,6 +223,9 @@ async def reconcile(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, mode_in
             **fields)
         return f"{exc.reason}: {exc}" if retriable else None
 
+    if (body.get("status") or {}).get("query"):  # it had a selector before: the query goes
+        await installer.remove_query(selectors.query_id(namespace, name))
+        fields["query"] = None
     installed = outcome.actual
     fields.update(subscriptionIds=sorted({a.subscription_id for a in installed} | set(outcome.held_elsewhere)),
                   paths=plan.paths_status(installed, common.mode_names(modes)),
@@ -240,6 +257,56 @@ async def reconcile(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, mode_in
         common.decided(body, ready, reason="Admitted", message=message)
     conditions.write_status(patch, body, [Condition(conditions.ADMITTED, True, "Admitted", message), ready, degraded],
                             rejection=None, **fields)
+    return None
+
+
+async def reconcile_query(body: kopf.Body, patch: kopf.Patch, b: brokering.Brokers,
+                          modes: dict[str, plan.ModeRef]) -> str | None:
+    """``reconcile`` of a Subscription with ``spec.selector``: its query subscription at the broker
+    (``selectors.plan_query``), the status naming the variables admitted and rejected."""
+    meta, spec = body.metadata, body.get("spec") or {}
+    namespace, name = meta.namespace or "", meta.name or ""
+    try:
+        desired = selectors.desired_query(namespace=namespace, name=name, labels=dict(meta.labels), spec=spec,
+                                          modes=modes)
+        address = b.leaf(spec.get("cloud", ""))
+    except (plan.SpecError, brokering.BrokerRefused) as exc:
+        reason = exc.reason
+        invalid = Condition(conditions.READY, False, "Invalid", f"{reason}: {exc}")
+        common.decided(body, invalid, reason=reason, message=str(exc), warning=True)
+        conditions.write_status(patch, body, [
+            Condition(conditions.ADMITTED, False, reason, str(exc)), invalid,
+            Condition(conditions.DEGRADED, False, "Invalid")],
+            desiredFingerprint=f"error:{reason}:{exc}"[:128])
+        return None
+    installer = installing.Installer(b, address)
+    fields: dict[str, Any] = {"cloud": spec.get("cloud") or b.config.default_cloud, "broker": address,
+                              "desiredFingerprint": selectors.query_fingerprint(desired),
+                              "modes": [q.as_status() for q in desired.qos], "rejection": None}
+    try:
+        actual = await installer.actual_query(desired.query_id, desired.subscriber, attempts=1)
+        steps = selectors.plan_query(desired, actual)
+        actual = await installer.apply_query(steps, actual)
+        # listed variables before: their broker subscriptions go (the query's own have broker ids)
+        await installer.remove_all(subscriber=desired.subscriber, prefix=plan.id_prefix(namespace, name), known=[])
+        down = await _routers_down(b, address) if actual is not None and actual.members else set()
+    except brokering.BrokerError as exc:
+        retriable = exc.retriable
+        ready = Condition(conditions.READY, False, exc.reason if retriable else "Refused", f"{exc}")
+        common.decided(body, ready, reason=exc.reason,
+                       message=f"{exc} (retrying)" if retriable else str(exc), warning=True)
+        conditions.write_status(patch, body, [Condition(conditions.ADMITTED, None, exc.reason, str(exc)), ready,
+                                              Condition(conditions.DEGRADED, False, exc.reason, str(exc))], **fields)
+        return f"{exc.reason}: {exc}" if retriable else None
+    if actual is None:  # the broker answered the subscription but does not list it: try again
+        return "the broker does not list the query subscription it answered"
+    fields.update(selectors.query_status(actual, common.mode_names(modes)))
+    status = selectors.query_conditions(actual, frozenset(down))
+    if steps:
+        kopf.info(body, reason="Subscribed", message=status[1].message)
+    else:
+        common.decided(body, status[1], reason="Subscribed", message=status[1].message)
+    conditions.write_status(patch, body, status, **fields)
     return None
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -47,6 +48,8 @@ log = logging.getLogger(__name__)
 
 #: Query subscriptions one broker holds (each stands for many subscriptions).
 MAX_QUERIES = 1024
+#: A query id a client chooses (the operator's ``k8s:<namespace>:<name>:query``).
+_QUERY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:#-]{0,255}")
 
 
 @dataclass(frozen=True)
@@ -155,7 +158,9 @@ class QueryCoordinator:
                 raise Unauthorized(f"subscriber {subscriber!r} is registered at {', '.join(client.edge_routers)}, "
                                    f"not {edge_router!r}", field="query.edge_router")
             if query_id:
-                check_name(query_id, what="query.query_id")
+                if not _QUERY_ID.fullmatch(query_id):
+                    raise ValidationError(f"query id {query_id!r:.80} must be 1-256 letters, digits, '_', '.', ':', "
+                                          "'#' or '-'", field="query.query_id")
                 if query_id in self.queries:
                     raise DuplicateName(f"query subscription {query_id!r} exists", field="query.query_id")
             elif len(self.queries) >= MAX_QUERIES:

@@ -53,6 +53,8 @@ class CondensationHandlers:
         out = request.output
         b.authorize("publish", request.creator, f"{out.publisher}/{out.variable}", field="output.variable")
         record = await b.condensation.create(request)
+        # its output is a new variable: the query subscriptions it matches admit it (docs/queries.md)
+        b.queries.publication_added(b.state.registry.by_id(record.output_variable_id))
         statuses = await b.condensation.statuses([record])
         return info_pb(b, record, statuses.get(record.function_id))
 

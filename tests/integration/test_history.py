@@ -20,6 +20,7 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,10 +32,12 @@ from gridstat.errors import GridStatError
 from gridstat.telemetry import ExporterConfig, TelemetryExporter, archive_loading
 from gridstat.telemetry.archiving import Archiver
 
+from .brokerprocs import client_tls, tls_args
 from .kafkaprocs import KafkaProc
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
+ROOT = Path(__file__).resolve().parents[2]
 TOPIC = "gridstat.test.history"
 MINUTES = 3
 
@@ -222,6 +225,56 @@ def test_an_unknown_variable_answers_empty_with_a_note(archive: Archive,
     addr, _ = server
     events, answer = asyncio.run(_fetch(addr, "nobody/nothing", archive.start_ms, archive.end_ms))
     assert events == [] and any("no archived events of nobody/nothing" in n for n in answer.notes)
+
+
+def test_health_says_kafka_and_the_bounds(server: tuple[str, subprocess.Popen[str]]) -> None:
+    addr, _ = server
+
+    async def health() -> Any:
+        client = await HistoryClient.connect(addr)
+        try:
+            return await client.health()
+        finally:
+            await client.close()
+
+    reply = asyncio.run(health())
+    assert reply.kafka_reachable and reply.topic == TOPIC
+    assert reply.max_span_ms == 600_000 and reply.max_events == 8000 and reply.queries >= 1
+
+
+def test_with_mtls_clients_query_and_other_roles_are_refused(kafka: KafkaProc, archive: Archive,
+                                                             tmp_path: Path) -> None:
+    certs = tmp_path / "certs"
+    subprocess.run([str(ROOT / "scripts/gen-certs.sh"), str(certs), "history", "pmu1", "router", "observer"],
+                   check=True, capture_output=True, timeout=120)
+    proc = subprocess.Popen([sys.executable, "-m", "gridstat.cli.main", "history-server", "--kafka", kafka.bootstrap,
+                             "--topic", TOPIC, "--listen", "127.0.0.1:0", *tls_args(certs, "history"),
+                             "--exit-with-parent"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line.startswith("READY"), line + (proc.stderr.read() if proc.stderr else "")
+        addr = f"127.0.0.1:{line.split('port=', 1)[1].split()[0]}"
+        frm, to = archive.start_ms + 20_000, archive.start_ms + 20_999
+
+        async def ask(tls: Any) -> list[HistoryEvent]:
+            client = await HistoryClient.connect(addr, tls=tls, timeout_s=10)
+            try:
+                return await client.fetch("hpmu/freq", from_ms=frm, to_ms=to)
+            finally:
+                await client.close()
+
+        expected = [e for e in archive.events["hpmu/freq"] if frm <= e.timestamp_ms <= to]
+        assert asyncio.run(ask(client_tls(certs, "pmu1"))) == expected and len(expected) == 60
+        assert asyncio.run(ask(client_tls(certs, "observer"))) == expected
+        with pytest.raises(GridStatError) as info:
+            asyncio.run(ask(client_tls(certs, "router")))  # a router has no business reading history
+        assert "History.Query refused" in str(info.value)
+        with pytest.raises(GridStatError):
+            asyncio.run(ask(None))  # plaintext against a TLS server
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=10) == 0
 
 
 def test_sigterm_stops_the_server_cleanly(server: tuple[str, subprocess.Popen[str]]) -> None:

@@ -1,4 +1,5 @@
-"""Runs the atheris harnesses (tests/fuzz/fuzz_wire.py, fuzz_c37118.py) for a bounded number of inputs."""
+"""Runs the atheris harnesses (tests/fuzz/fuzz_wire.py, fuzz_c37118.py, fuzz_expressions.py) for a bounded number
+of inputs."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ def test_atheris_is_installed() -> None:
 @pytest.mark.parametrize("harness, min_seeds, runs, seconds", [
     ("fuzz_wire.py", 5, 50_000, 30),     # the wire parser and the forwarder
     ("fuzz_c37118.py", 10, 20_000, 15),  # the C37.118 codec: every frame type, the stream API
+    ("fuzz_expressions.py", 8, 20_000, 15),  # the where-language of queries and listings (docs/queries.md)
 ])
 def test_parsers_survive_fuzzing(tmp_path: Path, harness: str, min_seeds: int, runs: int, seconds: int) -> None:
     script = Path(__file__).with_name(harness)

@@ -150,6 +150,9 @@ def add(args: argparse.Namespace) -> int:
 
 
 def _add_query(args: argparse.Namespace) -> int:
+    if args.value_type is not None:
+        raise ValidationError("--type applies to one variable; with --where select by type: \"type = 'float'\"",
+                              field="type")
     where = expressions.render(expressions.parse(args.where))  # a fault: ExpressionError with its column, exit 2
     # the QoS options are checked as for one variable's subscription ("*/*" stands for the variables to come)
     sub = subscription_request("*/*", subscriber=args.subscriber, edge=args.edge, interval_ms=args.interval_ms,

@@ -181,6 +181,7 @@ class LeafBroker:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         await self.link_watch.stop()
+        await self.queries.close()
         for link in self.cloud.links.values():
             await link.close()
         if self.uplink is not None:

@@ -28,6 +28,7 @@ subscriptions come back from the store as every other subscription.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 from collections.abc import Callable, Collection, Iterable
@@ -133,6 +134,9 @@ class QueryCoordinator:
         self.queries: dict[str, Query] = {}
         self._planning = asyncio.Lock()
         self._next = 1
+        #: Plans running in the background (``publication_added``, ``replan_all``), cancelled by ``close``.
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._closed = False
 
     def load(self) -> None:
         """Read the queries back from the store (a restarted broker)."""
@@ -227,7 +231,7 @@ class QueryCoordinator:
         """A variable was registered: every query it matches admits it (in the background)."""
         for query in list(self.queries.values()):
             if query.matches(var):
-                create_guarded_task(self.replan(query.query_id), name=f"broker-{self.cloud.name}-query")
+                self._in_background(query.query_id)
 
     def publication_gone(self, full_name: str) -> None:
         """A variable was unregistered (its subscriptions are gone already; under the broker lock)."""
@@ -251,7 +255,24 @@ class QueryCoordinator:
     def replan_all(self) -> None:
         """Plan every query again in the background (a restarted broker)."""
         for qid in list(self.queries):
-            create_guarded_task(self.replan(qid), name=f"broker-{self.cloud.name}-query")
+            self._in_background(qid)
+
+    def _in_background(self, query_id: str) -> None:
+        if self._closed:
+            return
+        task = create_guarded_task(self.replan(query_id), name=f"broker-{self.cloud.name}-query")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def close(self) -> None:
+        """Cancel the plans running in the background (before the broker closes its store); idempotent."""
+        self._closed = True
+        tasks, self._tasks = self._tasks, set()
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     # -- views -------------------------------------------------------------------------------------
     def listed(self, subscriber: str = "", scope: Collection[str] | None = None) -> list[Query]:

@@ -6,9 +6,9 @@ import pytest
 
 from gridstat.core import access
 from gridstat.errors import ValidationError
-from gridstat.v1 import admission_pb2, broker_pb2, condensation_pb2, edge_pb2, router_pb2
+from gridstat.v1 import admission_pb2, broker_pb2, condensation_pb2, edge_pb2, history_pb2, router_pb2
 
-MODULES = (admission_pb2, broker_pb2, condensation_pb2, edge_pb2, router_pb2)
+MODULES = (admission_pb2, broker_pb2, condensation_pb2, edge_pb2, history_pb2, router_pb2)
 
 
 def every_rpc() -> list[str]:

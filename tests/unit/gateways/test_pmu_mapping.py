@@ -48,9 +48,10 @@ def test_a_stream_becomes_typed_variables_with_attributes() -> None:
     va, i1, freq, dfreq, an, dig = plan.blocks[0].channels
     assert va.attributes_dict == {"station": "Station A", "idcode": "7734", "stream_idcode": "7734",
                                   "nominal_frequency_hz": "60", "kind": "phasor",
-                                  "channel": "VA", "units": "V"}
-    assert i1.attributes_dict["units"] == "A"
+                                  "channel": "VA", "units": "V", "signal": "VPHS"}
+    assert (i1.attributes_dict["units"], i1.attributes_dict["signal"]) == ("A", "IPHS")
     assert (freq.attributes_dict["units"], dfreq.attributes_dict["units"]) == ("Hz", "Hz/s")
+    assert [c.attributes_dict["signal"] for c in (freq, dfreq, an, dig)] == ["FREQ", "DFDT", "ALOG", "DIGI"]
     assert an.attributes_dict["units"] == "rms"
     assert dig.attributes_dict["normal_status"] == "0x0000" and dig.attributes_dict["valid_inputs"] == "0xffff"
     assert plan.blocks[1].channels[3].attributes_dict["units"] == "peak"

@@ -239,17 +239,24 @@ def rate_of(config: ConfigFrame) -> tuple[int, int]:
     raise ValidationError("DATA_RATE 0 is no rate", field="DATA_RATE")
 
 
+#: The ``signal`` attribute: the signal type acronyms openPDC and STTP use (FREQ, DFDT, ALOG, DIGI), and
+#: for a phasor variable, which carries magnitude and angle together, VPHS or IPHS (docs/pmu-gateway.md).
+SIGNALS = {"freq": "FREQ", "dfreq": "DFDT", "analog": "ALOG", "digital": "DIGI"}
+
+
 def _phasor_attributes(pmu: PmuConfig, i: int) -> list[tuple[str, str]]:
     if pmu.cfg3 is not None:
         scale = pmu.cfg3.phasor_scales[i]
-        out = [("units", "A" if scale.kind is PhasorKind.CURRENT else "V"),
+        current = scale.kind is PhasorKind.CURRENT
+        out = [("units", "A" if current else "V"), ("signal", "IPHS" if current else "VPHS"),
                ("component", scale.component.name.lower())]
         phase = PHASES.get(scale.component)
         if phase is not None:
             out.append(("phase", phase))
         return out
     kind = pmu.phasor_units[i].kind if i < len(pmu.phasor_units) else PhasorKind.VOLTAGE
-    return [("units", "A" if kind is PhasorKind.CURRENT else "V")]
+    current = kind is PhasorKind.CURRENT
+    return [("units", "A" if current else "V"), ("signal", "IPHS" if current else "VPHS")]
 
 
 def _analog_attributes(pmu: PmuConfig, i: int) -> list[tuple[str, str]]:
@@ -285,7 +292,9 @@ def plan_stream(config: ConfigFrame, names: NameMap | None = None) -> StreamPlan
                 suffix = f"_{n}"
                 var = base[:_MAX_NAME - len(suffix)] + suffix
             used.add(f"{pub}/{var}")
-            attrs = (*_common, ("kind", kind), ("channel", _attribute_text(raw_name)), *extra)
+            signal = SIGNALS.get(kind)
+            attrs = (*_common, ("kind", kind), ("channel", _attribute_text(raw_name)),
+                     *((("signal", signal),) if signal else ()), *extra)
             _out.append(ChannelSpec(key, pub, var, kind, type_, interval_ms, frames_per_s, attrs))
 
         for i, name in enumerate(pmu.phasor_names):

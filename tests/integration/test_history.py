@@ -281,3 +281,27 @@ def test_sigterm_stops_the_server_cleanly(server: tuple[str, subprocess.Popen[st
     _, proc = server
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=10) == 0
+
+
+def test_kafka_away_is_a_warning_at_start_and_unavailable_per_query() -> None:
+    from gridstat.core.ports import free_port
+
+    dead = f"127.0.0.1:{free_port()}"
+    proc = subprocess.Popen([sys.executable, "-m", "gridstat.cli.main", "history-server", "--kafka", dead,
+                             "--listen", "127.0.0.1:0", "--kafka-timeout-ms", "2000", "--exit-with-parent"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line.startswith("READY"), line
+        addr = f"127.0.0.1:{line.split('port=', 1)[1].split()[0]}"
+        with pytest.raises(GridStatError) as info:
+            asyncio.run(_fetch(addr, "hpmu/freq", 1_795_000_000_000, 1_795_000_060_000))
+        assert info.value.reason == "KafkaUnavailable" and info.value.retriable
+        out = subprocess.run([sys.executable, "-m", "gridstat.cli.main", "history", "hpmu/freq", "--from=-1m",
+                              "--server", addr, "--json"], capture_output=True, text=True, timeout=60)
+        assert out.returncode == 4 and json.loads(out.stdout)["error"]["reason"] == "KafkaUnavailable"
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=10) == 0
+    assert proc.stderr is not None and "does not answer (yet)" in proc.stderr.read()

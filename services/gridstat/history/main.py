@@ -1,12 +1,15 @@
 """Run the history service: ``gridstat history-server --kafka HOST:PORT [--listen 127.0.0.1:7950] ...``.
 
-Prints ``READY name=history port=<grpc port>`` once serving; SIGTERM and SIGINT stop it (exit 0).
-Invalid options exit 2. It holds no state: every query reads Kafka (docs/history.md).
+Prints ``READY name=history port=<grpc port>`` once serving (after a warning on stderr if Kafka does
+not answer within 3 s: it serves anyway, and each query then fails with ``KafkaUnavailable``);
+SIGTERM and SIGINT stop it (exit 0). Invalid options exit 2. It holds no state: every query reads
+Kafka (docs/history.md).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import sys
 
@@ -21,6 +24,8 @@ from gridstat.telemetry.archive_reading import ArchiveReader
 from gridstat.telemetry.records import TOPICS
 
 DEFAULT_LISTEN = "127.0.0.1:7950"
+#: How long the start waits to see Kafka answer before it warns (and serves anyway).
+KAFKA_CHECK_S = 3.0
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -74,6 +79,13 @@ async def _run(args: argparse.Namespace, host: str, port: int, bounds: querying.
     reader = ArchiveReader(args.kafka, topic=args.topic, request_timeout_ms=args.kafka_timeout_ms,
                            client_id=f"gridstat-history-{args.name}")
     server, bound = await serve(HistoryServicer(reader, bounds), host, port, tls, access.Grants.parse(args.grant))
+    try:
+        up = await asyncio.wait_for(reader.reachable(), KAFKA_CHECK_S)
+    except TimeoutError:
+        up = False
+    if not up:  # served anyway: Kafka may come up later (a pod started before it); each query says so
+        print(f"gridstat history-server: warning: Kafka at {args.kafka} does not answer (yet); queries fail with "
+              "KafkaUnavailable until it does", file=sys.stderr, flush=True)
     await serving.until_signalled(f"READY name={args.name} port={bound}")
     await server.stop(grace=0.5)
 

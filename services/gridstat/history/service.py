@@ -79,7 +79,11 @@ class HistoryServicer(pb_grpc.HistoryServicer):
                 yield chunk
         except GridStatError as exc:
             self.stats.failed += 1
-            await rpc.abort(context, exc)
+            # Kafka away is retriable, but not by gRPC's own retry policy within the call: each try would
+            # wait for Kafka again; the caller (the SDK's gap filler) retries with its own backoff.
+            context.set_trailing_metadata(((rpc.REASON_KEY, exc.reason), (rpc.FIELD_KEY, exc.field or ""),
+                                           rpc.NO_RETRY))
+            await context.abort(rpc.status_code(exc), str(exc))
 
     async def answer(self, request: pb.HistoryQuery, stats: ReadStats | None = None) -> AsyncIterator[pb.HistoryChunk]:
         """The chunks of one answer; :class:`GridStatError` for a bad query, a bound passed or Kafka away."""

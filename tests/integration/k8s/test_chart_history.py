@@ -84,3 +84,21 @@ def test_lint_strict_passes_with_history_on(tools: dict[str, str]) -> None:  # n
 
     chart = Path(__file__).resolve().parents[3] / "charts" / "gridstat"
     helm(tools, "lint", "--strict", str(chart), *ON)
+
+
+def test_its_objects_pass_kubernetes_validate(tools: dict[str, str], tmp_path) -> None:  # noqa: F811
+    import subprocess
+    import sys
+
+    import yaml
+
+    from .test_chart import K8S_VERSION
+
+    docs = [d for d in render(tools, extra=ON) if "history" in d["metadata"]["name"]]
+    assert {d["kind"] for d in docs} == {"ServiceAccount", "Service", "Deployment", "NetworkPolicy", "Secret"}
+    out = tmp_path / "history.yaml"
+    out.write_text(yaml.safe_dump_all(docs))
+    proc = subprocess.run([sys.executable, "-m", "kubernetes_validate", "--strict", "--kubernetes-version",
+                           K8S_VERSION, str(out)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count(" passed for resource ") == len(docs), proc.stdout

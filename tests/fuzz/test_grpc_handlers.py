@@ -41,17 +41,21 @@ from gridstat.broker.state import ModeQoS, RouterEndpoint
 from gridstat.broker.store import BrokerStore
 from gridstat.broker.topology import RouterRole
 from gridstat.core.model import FLOAT
+from gridstat.history.service import HistoryServicer
 from gridstat.router.channels import ChannelKind
 from gridstat.router.control import RouterControlServicer, serve
 from gridstat.router.process import Role, RouteInstall, RouterConfig, StatusRouter
 from gridstat.router.proxy import EdgeProxyServicer
 from gridstat.router.tables import Route
+from gridstat.telemetry.archive_reading import ArchivedBatch, ArchiveParams, ArchiveReader, ReadStats
 from gridstat.v1 import (
     admission_pb2,
     admission_pb2_grpc,
     broker_pb2,
     broker_pb2_grpc,
     edge_pb2_grpc,
+    history_pb2,
+    history_pb2_grpc,
     router_pb2,
     router_pb2_grpc,
 )
@@ -505,8 +509,57 @@ async def admission_rig() -> AsyncIterator[Rig]:
               lambda: servicer.GetState(admission_pb2.GetAdmissionStateRequest(), Context()))
 
 
+class _MemoryArchive(ArchiveReader):
+    """An archive in memory (an hour of pmu1/freq at 60 frames/s, archived at full rate), read like Kafka's:
+    the range, one record per timestamp, the caller's filter chosen from the archive's parameters."""
+
+    T0 = 1_795_000_000_000
+
+    def __init__(self) -> None:
+        super().__init__("127.0.0.1:1")
+        self.stamps = [self.T0 + (2000 * f + 60) // 120 for f in range(60 * 3600)]
+
+    async def reachable(self) -> bool:
+        return True
+
+    async def read(self, variable: str, *, from_ms: int, to_ms: int, choose: Any, batch_events: int = 10_000,
+                   stats: ReadStats | None = None) -> AsyncIterator[ArchivedBatch]:
+        if variable != "pmu1/freq":
+            return
+        params = ArchiveParams("float", 16, 16, 60)
+        keep = None
+        out = ArchivedBatch(params)
+        for ts in self.stamps:
+            if ts < from_ms or ts > to_ms:
+                continue
+            if not out.timestamps_ms and keep is None:
+                keep = choose(params) or (lambda _ts: True)
+            if keep(ts):
+                out.timestamps_ms.append(ts)
+                out.values.append(60.0)
+                out.extrapolated.append(False)
+            if len(out) >= batch_events:
+                yield out
+                out = ArchivedBatch(params)
+        if len(out):
+            yield out
+
+
+@contextlib.asynccontextmanager
+async def history_rig() -> AsyncIterator[Rig]:
+    """The history service over an archive in memory (its Kafka reader is tested against a real Kafka)."""
+    servicer = HistoryServicer(_MemoryArchive())
+    t0 = _MemoryArchive.T0
+    hints: Hints = {"variable": ("pmu1/freq", "nobody/nothing", "pmu1"),
+                    "from_ms": (t0, t0 + 1000, t0 + 3_599_000, 0, -1), "to_ms": (t0 + 1000, t0 + 60_000, t0, 2**62),
+                    "interval_ms": (0, 16, 17, 100, 1000, -5), "max_events": (0, 10, 10**9, -1)}
+    yield Rig({"History": servicer}, hints,
+              lambda: servicer.Health(history_pb2.HistoryHealthRequest(), Context()))
+
+
 RIGS: dict[str, Callable[[], contextlib.AbstractAsyncContextManager[Rig]]] = {
-    "router": router_rig, "edge": edge_rig, "leaf": leaf_rig, "parent": parent_rig, "admission": admission_rig}
+    "router": router_rig, "edge": edge_rig, "leaf": leaf_rig, "parent": parent_rig, "admission": admission_rig,
+    "history": history_rig}
 #: The servicer classes each rig serves, by service name, and the generated base each extends.
 SERVICERS: dict[str, dict[str, tuple[type[Any], type[Any]]]] = {
     "router": {"RouterControl": (RouterControlServicer, router_pb2_grpc.RouterControlServicer)},
@@ -516,6 +569,7 @@ SERVICERS: dict[str, dict[str, tuple[type[Any], type[Any]]]] = {
     "parent": {"QoSBroker": (ParentServicer, broker_pb2_grpc.QoSBrokerServicer),
                "Segments": (ParentSegmentsServicer, broker_pb2_grpc.SegmentsServicer)},
     "admission": {"AdmissionControl": (AdmissionServicer, admission_pb2_grpc.AdmissionControlServicer)},
+    "history": {"History": (HistoryServicer, history_pb2_grpc.HistoryServicer)},
 }
 
 
@@ -563,6 +617,7 @@ ROWS: list[Row] = [
     *rows("Segments", "parent", "ReserveSegment CommitSegment AbortSegment ResolveVariable ReportBroken", 25),
     *rows("AdmissionControl", "admission", "Advertise Unadvertise SyncAdvertisements DeclareResources "
           "GetRequirement Admit Release GetState"),
+    *rows("History", "history", "Query Health"),
 ]
 
 

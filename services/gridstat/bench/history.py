@@ -20,6 +20,7 @@ import asyncio
 import json
 import math
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -185,6 +186,7 @@ def run_history_bench(*, hours: float = 24.0, others: int = 3, reps: int = 5, pa
     finally:
         if local is not None:
             local.stop()
+        shutil.rmtree(tmp, ignore_errors=True)  # the broker's log: hundreds of MiB
     return res
 
 

@@ -600,7 +600,10 @@ ROWS: list[Row] = [
     *rows("RouterControl", "router", "WatchLinks", 10),
     # Each call is relayed to the leaf broker over a real channel.
     *rows("EdgeProxy", "edge", "RegisterClient UnregisterClient RegisterPublication UnregisterPublication Subscribe "
-          "Unsubscribe ChangeSubscription ListSubscriptions SetFloodAll ListModes", 25),
+          "Unsubscribe ChangeSubscription ListSubscriptions SetFloodAll ListModes SubscribeQuery UnsubscribeQuery "
+          "ListQueries", 25),
+    *rows("QoSBroker", "leaf", "SubscribeQuery UnsubscribeQuery ListQueries"),
+    *rows("QoSBroker", "parent", "SubscribeQuery UnsubscribeQuery ListQueries", 25),
     *rows("QoSBroker", "leaf", f"{_LEAF_CLIENT} RemoveRouter AddChannel RemoveChannel RemoveInterCloudChannel "
           "GetTopology Health AnnounceRouter DefineMode SetFlooding RemoveFlooding ListFlooding "
           "RemoveCondensation ListCondensations"),

@@ -13,12 +13,19 @@ Budgets: a first attempt splits the bound evenly (minimum crossing unknown); if 
 segment is refused for latency, everything is aborted and the split is retried once
 with each cloud's minimum learned from the refusal's offer or the reserved path,
 which gives the proportional split of :func:`parent.split_budgets`.
+
+Redundancy (docs/redundancy.md, "Across clouds"): each of the k disjoint paths has its own
+segments and channels, keyed apart by ``SegmentKey.path``. The segments of one cloud are
+reserved one after the other, each told the routers its siblings took there
+(``avoid_routers``), so the paths share no router inside a cloud either but the
+publisher's and the subscriber's edge routers; different clouds are reserved concurrently.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -46,13 +53,15 @@ _KIND_PB = {plan.START: pb.SEGMENT_KIND_START, plan.MID: pb.SEGMENT_KIND_MID, pl
 class Rejected(AdmissionRejected):
     """A refusal relayed from another broker, keeping its reason and offer."""
 
-    def __init__(self, rej: pb.Rejection) -> None:
+    def __init__(self, rej: pb.Rejection, cloud: str = "") -> None:
         o = rej.offer
         offer = Offer(o.best_latency_ms if o.HasField("best_latency_ms") else None,
                       o.max_redundancy if o.HasField("max_redundancy") else None,
                       o.min_interval_ms if o.HasField("min_interval_ms") else None)
         super().__init__(rej.message, offer=offer, field=rej.field or None)
         self.reason = rej.reason or "AdmissionRejected"
+        #: The cloud whose segment was refused ("" for a channel): its offer teaches that cloud's minimum.
+        self.cloud = cloud
 
     def __str__(self) -> str:
         return Exception.__str__(self)
@@ -112,14 +121,29 @@ class Held:
     #: is planned again around a failure (docs/redundancy.md, "Healing"), so that the new pieces are
     #: reserved and committed beside the old ones before those go.
     generation: int = 0
+    #: Which of the subscription's disjoint paths it is on, and its key there (``SegmentKey.path``:
+    #: the path, plus the redundancy for each earlier crossing of the same cloud; docs/redundancy.md).
+    path: int = 0
+    lane: int = 0
+    #: A channel's hop, "<src_router>-><dst_router>" (its routers are not part of the path's routers).
+    hop: str = ""
 
     def key(self, sid: str) -> pb.SegmentKey:
         return pb.SegmentKey(subscription_id=sid, mode=self.mode, redundant_index=self.generation,
-                             cloud=self.key_cloud)
+                             cloud=self.key_cloud, path=self.lane)
 
     def local_key(self, sid: str) -> str:
         """The key of an inter-cloud channel reserved in this broker's own books."""
-        return f"{sid}.m{self.mode}.r{self.generation}.{self.key_cloud}"
+        return channel_key(sid, self.mode, self.generation, self.key_cloud, self.lane)
+
+    def border_routers(self) -> set[str]:
+        """The border routers of a channel piece (none for a segment)."""
+        return set(self.hop.split("->")) if self.hop else set()
+
+
+def channel_key(sid: str, mode: int, generation: int, key_cloud: str, lane: int) -> str:
+    """The key of an inter-cloud channel in the books of the broker that registered it."""
+    return f"{sid}.m{mode}.r{generation}.{key_cloud}" + (f".p{lane}" if lane else "")
 
 
 @dataclass
@@ -159,9 +183,10 @@ class InterSub:
         allocations = []
         for q in self.qos:
             mine = [h for h in self.held if h.mode == q["mode"]]
-            routers = [r for h in mine for r in h.routers]
-            latency = sum(h.latency_ms for h in mine)
-            allocations.append(pb.Allocation(mode=q["mode"], paths=[pb.Path(routers=routers, latency_ms=latency)],
+            paths = [pb.Path(routers=[r for h in mine if h.path == p for r in h.routers],
+                             latency_ms=sum(h.latency_ms for h in mine if h.path == p))
+                     for p in sorted({h.path for h in mine})] or [pb.Path()]  # holding nothing: one empty path
+            allocations.append(pb.Allocation(mode=q["mode"], paths=paths,
                                              interval_ms=granted_interval_ms(q["interval_ms"], self.pub_interval_ms,
                                                                              self.frames_per_s)))
         return pb.SubscribeReply(admitted=True, subscription=sub, variable_id=self.variable_id,
@@ -169,39 +194,58 @@ class InterSub:
                                  frames_per_s=self.frames_per_s, attributes=self.attributes)
 
 
+PathPlan = tuple[tuple[plan.Hop, ...], tuple[plan.SegmentPlan, ...]]
+
+
 async def reserve_pieces(peers: Peers, child_address: dict[str, str], child_clouds: dict[str, frozenset[str]],
-                         books: plan.InterCloudBooks, sub: InterSub, q: ModeQoS, hops: tuple[plan.Hop, ...],
-                         segments: tuple[plan.SegmentPlan, ...], *, generation: int = 0
+                         books: plan.InterCloudBooks, sub: InterSub, q: ModeQoS, paths: Sequence[PathPlan], *,
+                         generation: int = 0, taken: Mapping[str, set[str]] | None = None
                          ) -> tuple[list[Held], list[GridStatError]]:
-    """Reserve all segments and channels of one mode concurrently; returns what was reserved and the refusals."""
+    """Reserve the segments and channels of one mode's paths (module docstring); returns what was
+    reserved, in path order, and the refusals. ``taken``: per cloud, routers of paths kept (the
+    segments avoid them)."""
     sid = sub.subscription_id
 
-    async def segment(s: plan.SegmentPlan) -> Held:
+    async def segment(s: plan.SegmentPlan, avoid: set[str]) -> Held:
         child = plan.child_for(s.cloud, child_clouds)
         if child is None:
             raise NotFound(f"cloud {s.cloud!r} is not in this broker's subtree", field="cloud")
-        held = Held(s.kind, s.cloud, q.mode, child, generation=generation)
+        held = Held(s.kind, s.cloud, q.mode, child, generation=generation, path=s.path, lane=s.lane)
         reply = await peers(child_address[child]).segments.ReserveSegment(pb.ReserveSegmentRequest(
             key=held.key(sid), kind=_KIND_PB[s.kind], from_router=s.from_router, to_router=s.to_router,
             next_channel=s.next_channel, variable_id=sub.variable_id, pub_interval_ms=sub.pub_interval_ms,
             qos=qos_pb(q), latency_budget_ms=s.budget_ms, ttl_ms=SEGMENT_TTL_MS, variable=sub.variable,
-            frames_per_s=sub.frames_per_s),
+            frames_per_s=sub.frames_per_s, avoid_routers=sorted(avoid - {s.from_router, s.to_router})),
             timeout=RPC_TIMEOUT_S)
         if not reply.reserved:
-            raise Rejected(reply.rejection)
+            raise Rejected(reply.rejection, s.cloud)
         held.routers, held.latency_ms = list(reply.path.routers), reply.path.latency_ms
         return held
 
-    async def channel(h: plan.Hop) -> Held:
+    async def siblings(cloud: str, segs: list[plan.SegmentPlan]) -> list[Held | BaseException]:
+        """The segments of one cloud one after the other, each avoiding the routers of those before."""
+        used = set((taken or {}).get(cloud, ()))
+        out: list[Held | BaseException] = []
+        for s in segs:
+            try:
+                held = await segment(s, used)
+            except Exception as exc:  # returned like gather's exceptions, sorted below
+                out.append(exc)
+                break
+            used.update(held.routers)
+            out.append(held)
+        return out
+
+    async def channel(h: plan.Hop, path: int, lane: int) -> Held:
         key_cloud = f"{h.src_cloud}>{h.dst_cloud}"
         if books.owns(h):
-            mine = Held("channel", key_cloud, q.mode, "", [], h.latency_ms, generation)
+            mine = Held("channel", key_cloud, q.mode, "", [], h.latency_ms, generation, path, lane, h.name)
             books.reserve(mine.local_key(sid), q.mode, h, sub.variable_id, sub.pub_interval_ms, q.interval_ms)
             return mine
         owner = plan.channel_owner(h.src_cloud, h.dst_cloud, child_clouds)
         if owner is None:
             raise NotFound(f"inter-cloud channel {h.name} is not registered here", field="channel")
-        held = Held("channel", key_cloud, q.mode, owner, [], h.latency_ms, generation)
+        held = Held("channel", key_cloud, q.mode, owner, [], h.latency_ms, generation, path, lane, h.name)
         reply = await peers(child_address[owner]).segments.ReserveSegment(pb.ReserveSegmentRequest(
             key=held.key(sid), kind=pb.SEGMENT_KIND_CHANNEL, from_router=h.src_router, to_router=h.dst_router,
             variable_id=sub.variable_id, pub_interval_ms=sub.pub_interval_ms, qos=qos_pb(q),
@@ -210,14 +254,23 @@ async def reserve_pieces(peers: Peers, child_address: dict[str, str], child_clou
             raise Rejected(reply.rejection)
         return held
 
-    # Path order: segment, channel, segment, ... so that the concatenated routers read publisher first.
-    coros = []
-    for i, s in enumerate(segments):
-        coros.append(segment(s))
-        if i < len(hops):
-            coros.append(channel(hops[i]))
-    results = await asyncio.gather(*coros, return_exceptions=True)
-    held = [r for r in results if isinstance(r, Held)]
+    # Path order: segment, channel, segment, ... so that each path's concatenated routers read publisher first.
+    order: dict[tuple[int, int, str], int] = {}  # (path, lane, cloud of a segment or hop of a channel) -> position
+    per_cloud: dict[str, list[plan.SegmentPlan]] = {}
+    coros: list[Awaitable[Any]] = []
+    for hops, segments in paths:
+        for i, s in enumerate(segments):
+            order[(s.path, s.lane, s.cloud)] = len(order)
+            per_cloud.setdefault(s.cloud, []).append(s)
+            if i < len(hops):
+                order[(s.path, s.lane, hops[i].name)] = len(order)
+                coros.append(channel(hops[i], s.path, s.lane))
+    coros += [siblings(cloud, segs) for cloud, segs in per_cloud.items()]
+    results: list[Any] = []
+    for r in await asyncio.gather(*coros, return_exceptions=True):
+        results += r if isinstance(r, list) else [r]
+    held = sorted((r for r in results if isinstance(r, Held)),
+                  key=lambda h: order[(h.path, h.lane, h.hop or h.key_cloud)])
     errors: list[GridStatError] = []
     for r in results:
         if isinstance(r, GridStatError):

@@ -86,6 +86,10 @@ class PathRepair:
             await self.run(f"router {name} up")
         self._tell_parent([])
 
+    def router_back(self) -> None:
+        """Tell the parent the routers down now, if it was told of some (a channel came back up)."""
+        self._tell_parent([])
+
     async def run(self, cause: str) -> Repair:
         """Re-plan every subscription with a broken path and install the new paths."""
         cloud, st = self.cloud, self.cloud.state
@@ -240,6 +244,9 @@ class LinkWatch:
             self.ups += 1
             if self.repair.unrepaired:
                 await self.repair.run(f"channel {neighbour}-{router} up")
+            # A border router it cut off is usable again: the parent, told of it, learns it as for a
+            # router back up (docs/redundancy.md, "Across clouds").
+            self.repair.router_back()
 
 
 #: Back-off between attempts to watch a router's links that did not answer.

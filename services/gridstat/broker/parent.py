@@ -20,8 +20,17 @@ common ancestor (LCA) of the publisher's and the subscriber's clouds:
 Capacity of an inter-cloud channel belongs to the broker where it is registered, the
 LCA of its two clouds (:func:`channel_owner`); :class:`InterCloudBooks` keeps those
 reservations by the rate after filtering (``resources.Reservations`` over a topology
-of border routers). Redundancy above 1 across clouds is not implemented (no disjoint
-cloud paths): it is rejected with ``NoFeasiblePath`` offering ``max_redundancy=1``.
+of border routers).
+
+Redundancy across clouds (docs/redundancy.md, "Across clouds"): k paths that share no
+border router and no inter-cloud channel are k units of a min-cost flow over the border
+routers (:func:`disjoint_cloud_paths`): every border router is split into ``in -> out`` of
+capacity 1, an inter-cloud hop is an arc ``a.out -> b.in`` costing its latency plus the
+entered cloud's crossing, and inside a transit cloud any border router may reach any
+other (through a hub node of that cloud), because the leaf finds the path between them.
+Successive shortest paths (Bellman-Ford on the residual graph) give, after j rounds, j
+paths of least total latency, and stop at the maximum (Menger), which is the offer of a
+refusal. Every path then gets its own budgets and segments (:func:`plan_segments`).
 
 No I/O here; ``parent_service`` and ``delegation`` do the talking.
 """
@@ -29,7 +38,8 @@ No I/O here; ``parent_service`` and ``delegation`` do the talking.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterable, Mapping
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -86,6 +96,10 @@ class SegmentPlan:
     to_router: str
     next_channel: str
     budget_ms: float
+    #: Which of the subscription's disjoint paths it belongs to, and its key there (``SegmentKey.path``):
+    #: the path's index, plus k for each earlier visit of the same cloud by that path.
+    path: int = 0
+    lane: int = 0
 
 
 # -- the hierarchy --------------------------------------------------------------------------------
@@ -172,26 +186,168 @@ def split_budgets(bound_ms: float, src: str, hops: tuple[Hop, ...],
     return {c: mins[c] * scale for c in clouds}
 
 
-def plan_segments(src: str, hops: tuple[Hop, ...], budgets: Mapping[str, float], *, publisher_edge: str,
-                  subscriber_edge: str, subscriber: str) -> tuple[SegmentPlan, ...]:
-    """START / MID / END segments along the cloud path, in path order."""
+def path_budgets(bound_ms: float, src: str, hops: tuple[Hop, ...],
+                 minimum: Mapping[str, float] | None = None) -> tuple[float, ...]:
+    """:func:`split_budgets` by position along the path: one budget per segment, so that a path crossing
+    a cloud twice (possible among disjoint paths) has its bound shared over both crossings."""
+    clouds = clouds_of(src, hops)
+    mins = [max((minimum or {}).get(c, DEFAULT_CROSSING_MS), 1e-9) for c in clouds]
+    fixed = sum(h.latency_ms for h in hops)
+    least = fixed + sum(mins)
+    if least > bound_ms:
+        raise LatencyUnattainable(
+            f"clouds {' -> '.join(clouds)} need at least {least:.6g} ms ({fixed:.6g} ms between clouds) > bound "
+            f"{bound_ms:.6g} ms", offer=Offer(best_latency_ms=least), field="latency_ms")
+    scale = (bound_ms - fixed) / sum(mins)
+    return tuple(m * scale for m in mins)
+
+
+def plan_segments(src: str, hops: tuple[Hop, ...], budgets: Mapping[str, float] | Sequence[float], *,
+                  publisher_edge: str, subscriber_edge: str, subscriber: str, path: int = 0,
+                  paths: int = 1) -> tuple[SegmentPlan, ...]:
+    """START / MID / END segments along the cloud path, in path order. ``budgets`` per cloud, or per
+    position (:func:`path_budgets`); ``path`` is the path's index among ``paths`` disjoint ones."""
     if not hops:
         raise ValidationError("publisher and subscriber are in the same cloud: that is the leaf's job",
                               field="subscription.cloud")
+
+    def budget(i: int, cloud: str) -> float:
+        return budgets[cloud] if isinstance(budgets, Mapping) else budgets[i]
+
     out: list[SegmentPlan] = []
+    seen: dict[str, int] = {}
     entry = publisher_edge
     cloud = src
     for i, h in enumerate(hops):
-        out.append(SegmentPlan(cloud, START if i == 0 else MID, entry, h.src_router, h.dst_router, budgets[cloud]))
+        lane = path + paths * seen.get(cloud, 0)
+        seen[cloud] = seen.get(cloud, 0) + 1
+        out.append(SegmentPlan(cloud, START if i == 0 else MID, entry, h.src_router, h.dst_router, budget(i, cloud),
+                               path, lane))
         entry, cloud = h.dst_router, h.dst_cloud
-    out.append(SegmentPlan(cloud, END, entry, subscriber_edge, f"sub:{subscriber}", budgets[cloud]))
+    lane = path + paths * seen.get(cloud, 0)
+    out.append(SegmentPlan(cloud, END, entry, subscriber_edge, f"sub:{subscriber}", budget(len(hops), cloud),
+                           path, lane))
     return tuple(out)
 
 
-def check_redundancy(redundancy: int) -> None:
-    if redundancy > 1:
-        raise NoFeasiblePath(f"{redundancy} disjoint paths across clouds asked; inter-cloud paths have one",
-                             offer=Offer(max_redundancy=1), field="redundancy")
+def check_redundancy(redundancy: int, found: int) -> None:
+    """Refuse ``redundancy`` disjoint paths across clouds when only ``found`` exist, offering ``found``."""
+    if found < redundancy:
+        raise NoFeasiblePath(
+            f"redundancy {redundancy} asked; the inter-cloud channels allow {found} path(s) with no border router "
+            "and no channel in common", offer=Offer(max_redundancy=found), field="redundancy")
+
+
+# -- k disjoint paths across clouds (module docstring; docs/redundancy.md, "Across clouds") -------
+_Node = tuple[str, str]  # ("r", router) split as ("in"/"out"), or ("hub", cloud), ("S", ""), ("T", "")
+#: Costs a step through a transit cloud's hub, so no zero-cost cycle (hub -> router -> hub) enters a flow.
+_HUB_EPS = 1e-6
+
+
+def disjoint_cloud_paths(channels: Iterable[InterChannel], src: str, dst: str, k: int, *,
+                         usable: Callable[[Hop], bool] | None = None,
+                         crossing: Mapping[str, float] | None = None) -> tuple[tuple[Hop, ...], ...]:
+    """Up to ``k`` sequences of inter-cloud hops from cloud ``src`` to ``dst`` that share no border
+    router and no channel, of least total latency (fewer when fewer exist: then as many as exist).
+
+    A path never re-enters ``src`` nor leaves ``dst``; it may cross a transit cloud twice (through
+    other border routers), which only more paths than the cloud graph's simple ones can need."""
+    if src == dst:
+        raise ValidationError("publisher and subscriber are in the same cloud: that is the leaf's job",
+                              field="subscription.cloud")
+    if k < 1:
+        return ()
+    cross = crossing or {}
+    hops = [h for ch in channels for h in ch.hops()
+            if h.dst_cloud != src and h.src_cloud != dst and (usable is None or usable(h))]
+    cloud_of = {r: c for h in hops for r, c in ((h.src_router, h.src_cloud), (h.dst_router, h.dst_cloud))}
+    graph: dict[_Node, list[_Arc]] = {}
+    hop_of: dict[tuple[_Node, _Node], Hop] = {}
+
+    def arc(u: _Node, v: _Node, cost: float) -> None:
+        fwd = _Arc(v, 1, cost, len(graph.setdefault(v, [])), True)
+        graph.setdefault(u, []).append(fwd)
+        graph[v].append(_Arc(u, 0, -cost, len(graph[u]) - 1, False))
+
+    source, sink = ("S", ""), ("T", "")
+    for r, c in sorted(cloud_of.items()):
+        arc(("in", r), ("out", r), 0.0)  # a border router carries one path
+        if c == src:
+            arc(source, ("in", r), cross.get(src, DEFAULT_CROSSING_MS))
+        elif c == dst:
+            arc(("out", r), sink, 0.0)
+        else:  # inside a transit cloud, from the router a path entered at to the one it leaves at
+            arc(("out", r), ("hub", c), _HUB_EPS)
+            arc(("hub", c), ("in", r), _HUB_EPS)
+    for h in sorted(hops, key=lambda h: h.name):
+        u, v = ("out", h.src_router), ("in", h.dst_router)
+        arc(u, v, h.latency_ms + cross.get(h.dst_cloud, DEFAULT_CROSSING_MS))
+        hop_of[(u, v)] = h
+    found = 0
+    for _ in range(k):
+        if not _augment(graph, source, sink):
+            break
+        found += 1
+    return tuple(sorted((_walk(graph, source, sink, hop_of) for _ in range(found)),
+                        key=lambda p: (sum(h.latency_ms for h in p), [h.name for h in p])))
+
+
+@dataclass(slots=True)
+class _Arc:
+    """An arc of the residual graph; ``rev`` indexes its reverse among the head's arcs."""
+
+    head: _Node
+    cap: int
+    cost: float
+    rev: int
+    original: bool
+
+
+def _augment(graph: dict[_Node, list[_Arc]], source: _Node, sink: _Node) -> bool:
+    """One unit along a least-cost source -> sink path of the residual graph (Bellman-Ford as SPFA:
+    reverse arcs cost less than zero). False when the sink cannot be reached."""
+    dist: dict[_Node, float] = {source: 0.0}
+    pred: dict[_Node, tuple[_Node, _Arc]] = {}
+    queue, queued = deque([source]), {source}
+    while queue:
+        u = queue.popleft()
+        queued.discard(u)
+        for a in graph.get(u, ()):
+            if a.cap > 0 and dist[u] + a.cost < dist.get(a.head, float("inf")) - 1e-12:
+                dist[a.head] = dist[u] + a.cost
+                pred[a.head] = (u, a)
+                if a.head not in queued:
+                    queue.append(a.head)
+                    queued.add(a.head)
+    if sink not in pred:
+        return False
+    v = sink
+    while v != source:
+        u, a = pred[v]
+        a.cap -= 1
+        graph[v][a.rev].cap += 1
+        v = u
+    return True
+
+
+def _walk(graph: dict[_Node, list[_Arc]], source: _Node, sink: _Node,
+          hop_of: Mapping[tuple[_Node, _Node], Hop]) -> tuple[Hop, ...]:
+    """Take one path out of the flow: from the source, follow arcs carrying flow (their reverse has
+    capacity), taking the flow off each."""
+    path: list[Hop] = []
+    u = source
+    while u != sink:
+        for a in graph[u]:
+            back = graph[a.head][a.rev]
+            if a.original and back.cap > 0:
+                back.cap -= 1
+                if (u, a.head) in hop_of:
+                    path.append(hop_of[(u, a.head)])
+                u = a.head
+                break
+        else:  # pragma: no cover - flow conservation makes this unreachable
+            raise AssertionError(f"the flow is broken at {u}")
+    return tuple(path)
 
 
 # -- capacity of the channels registered here ------------------------------------------------------

@@ -21,6 +21,7 @@ import asyncio
 import logging
 import os
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -33,6 +34,7 @@ from gridstat.broker.delegation import (
     Held,
     InterSub,
     Peers,
+    channel_key,
     commit_pieces,
     release_pieces,
     reserve_pieces,
@@ -41,7 +43,7 @@ from gridstat.broker.flooding_service import entries_pb
 from gridstat.broker.parent_flooding import ParentFlooding
 from gridstat.broker.parent_modes import ParentModes
 from gridstat.broker.parent_store import ParentStore
-from gridstat.broker.rejections import NoFeasiblePath
+from gridstat.broker.rejections import NoFeasiblePath, Offer
 from gridstat.broker.service import ADMISSION_ERRORS, qos_from_pb, rejection
 from gridstat.broker.state import ModeQoS
 from gridstat.broker.subtree import Subtree
@@ -106,7 +108,7 @@ class ParentBroker:
     def _reserve_local(self, key: str, h: Held, s: InterSub) -> None:
         ca, cb = h.key_cloud.split(">")
         hop = next(x for ch in self.books.channels.values() for x in ch.hops()
-                   if x.src_cloud == ca and x.dst_cloud == cb)
+                   if x.src_cloud == ca and x.dst_cloud == cb and (not h.hop or x.name == h.hop))
         q = next(q for q in s.qos if q["mode"] == h.mode)
         self.books.reserve(key, h.mode, hop, s.variable_id, s.pub_interval_ms, q["interval_ms"])
 
@@ -218,8 +220,6 @@ class ParentBroker:
         assert pub is not None
         if s.type.kind and s.type != pub.type:
             raise TypeMismatch(f"{s.variable!r} is published with another type", field="type")
-        for q in qos:
-            plan.check_redundancy(q.redundancy)
         sub = InterSub(s.subscription_id, s.subscriber, s.variable, s.cloud, s.edge_router,
                        [asdict(q) for q in qos], pub.variable_id, pub.interval_ms, pub.cloud,
                        pub.type.SerializeToString(), frames_per_s=pub.frames_per_s, attributes=dict(pub.attributes))
@@ -235,36 +235,67 @@ class ParentBroker:
             self.store.put("sub", sub.subscription_id, sub.to_json())
         return sub.reply()
 
-    async def _admit_mode(self, sub: InterSub, q: Any, publisher_edge: str, generation: int = 0) -> list[Held]:
+    async def _admit_mode(self, sub: InterSub, q: Any, publisher_edge: str, generation: int = 0,
+                          kept: Sequence[Held] = ()) -> list[Held]:
+        """Plan and reserve the paths of one mode that ``kept`` (its pieces still in place) lacks: all
+        ``q.redundancy`` of them for a new subscription, sharing no border router, no inter-cloud
+        channel and no router inside a cloud but the clients' edge routers (docs/redundancy.md,
+        "Across clouds"). Raises the refusal when they do not all fit."""
+        k = max(1, q.redundancy)
+        missing = [i for i in range(k) if i not in {h.path for h in kept}]
+        if not missing:
+            return []
         minimum: dict[str, float] = {}
-        down = {r for routers in self.down.values() for r in routers}
+        avoid = {r for routers in self.down.values() for r in routers}
+        avoid.update(r for h in kept for r in h.border_routers())
+        taken: dict[str, set[str]] = {}
+        for h in kept:
+            if h.kind != "channel":
+                taken.setdefault(h.key_cloud, set()).update(h.routers)
         channels = [ch for ch in (*self.books.channels.values(), *self.tree.below)
-                    if ch.router_a not in down and ch.router_b not in down]
+                    if ch.router_a not in avoid and ch.router_b not in avoid]
         for attempt in (0, 1):
             usable = self.books.usable(q.mode, sub.variable_id, sub.pub_interval_ms, q.interval_ms)
-            hops = plan.cloud_path(channels, sub.pub_cloud, sub.cloud, usable=usable, crossing=minimum)
-            if hops is None:  # reserving the unfiltered path names the full channel (CapacityExceeded)
-                hops = plan.cloud_path(channels, sub.pub_cloud, sub.cloud, crossing=minimum)
-            if hops is None:
-                raise NoFeasiblePath(f"no inter-cloud channels join {sub.pub_cloud!r} to {sub.cloud!r}",
-                                          field="cloud")
-            budgets = plan.split_budgets(q.latency_ms, sub.pub_cloud, hops, minimum)
-            segments = plan.plan_segments(sub.pub_cloud, hops, budgets, publisher_edge=publisher_edge,
-                                          subscriber_edge=sub.edge_router, subscriber=sub.subscriber)
+            found = self._cloud_paths(channels, sub, len(missing), usable, minimum)
+            if len(found) < len(missing):  # reserving unfiltered paths names the full channel (CapacityExceeded)
+                found = self._cloud_paths(channels, sub, len(missing), None, minimum)
+            if not found:
+                raise NoFeasiblePath(f"no inter-cloud channels join {sub.pub_cloud!r} to {sub.cloud!r}"
+                                     + (" beside the paths kept" if kept else ""), field="cloud",
+                                     offer=Offer(max_redundancy=k - len(missing)) if kept else None)
+            plan.check_redundancy(k, k - len(missing) + len(found))
+            paths = []
+            for i, hops in zip(missing, found, strict=False):
+                budgets = plan.path_budgets(q.latency_ms, sub.pub_cloud, hops, minimum)
+                paths.append((hops, plan.plan_segments(sub.pub_cloud, hops, budgets, publisher_edge=publisher_edge,
+                                                       subscriber_edge=sub.edge_router, subscriber=sub.subscriber,
+                                                       path=i, paths=k)))
             held, errors = await reserve_pieces(self.peers, self.tree.addresses(), self.tree.child_clouds, self.books,
-                                                sub, q, hops, segments, generation=generation)
+                                                sub, q, paths, generation=generation, taken=taken)
             if not errors:
                 return held
             await release_pieces(self.peers, self.tree.addresses(), self.books, sub.subscription_id, held)
             latency = [e for e in errors if e.reason == "LatencyUnattainable"]
             if attempt == 1 or len(latency) != len(errors):
                 raise errors[0]
-            minimum = {h.key_cloud: h.latency_ms for h in held if h.kind != "channel"}
-            for e, s in zip(errors, [s for s in segments if s.cloud not in minimum], strict=False):
+            for h in held:  # each cloud's minimum: the slowest of its reserved segments, or a refusal's offer
+                if h.kind != "channel":
+                    minimum[h.key_cloud] = max(minimum.get(h.key_cloud, 0.0), h.latency_ms)
+            for e in latency:
                 best = getattr(e, "offer", None)
-                if best is not None and best.best_latency_ms is not None:
-                    minimum[s.cloud] = best.best_latency_ms
+                cloud = getattr(e, "cloud", "")
+                if cloud and best is not None and best.best_latency_ms is not None:
+                    minimum[cloud] = max(minimum.get(cloud, 0.0), best.best_latency_ms)
         raise AssertionError("unreachable")
+
+    def _cloud_paths(self, channels: list[plan.InterChannel], sub: InterSub, n: int,
+                     usable: Callable[[plan.Hop], bool] | None,
+                     minimum: dict[str, float]) -> tuple[tuple[plan.Hop, ...], ...]:
+        """``n`` disjoint cloud paths (fewer when fewer exist); one is the cloud-level Dijkstra."""
+        if n == 1:
+            hops = plan.cloud_path(channels, sub.pub_cloud, sub.cloud, usable=usable, crossing=minimum)
+            return () if hops is None else (hops,)
+        return plan.disjoint_cloud_paths(channels, sub.pub_cloud, sub.cloud, n, usable=usable, crossing=minimum)
 
     # -- healing (docs/redundancy.md, "Healing") ---------------------------------------------------
     async def report_broken(self, cloud: str, sids: list[str], down: list[str]) -> tuple[int, int]:
@@ -293,11 +324,13 @@ class ParentBroker:
         return done, len(mine) - done
 
     async def reroute(self, sid: str) -> bool:
-        """Plan an inter-cloud subscription again around the routers that are down. Its old pieces go
-        first: they are broken (a leaf could not re-plan one inside its cloud), and a new segment could
-        not enter a router the old one still feeds (the loop-free tree rule). The new pieces take a new
-        generation of keys. With no plan the subscription holds nothing until a report that routers came
-        back (``report_broken`` with no subscriptions) tries it again. True when it was planned again."""
+        """Plan an inter-cloud subscription again around the routers that are down. Its broken paths
+        go first, whole: they are broken (a leaf could not re-plan one inside its cloud), and a new
+        segment could not enter a router the old one still feeds (the loop-free tree rule). Its other
+        paths stay as they are, untouched, and the new ones share nothing with them (docs/redundancy.md,
+        "Across clouds"). The new pieces take a new generation of keys. What cannot be planned is tried
+        again on a report that routers came back (``report_broken`` with no subscriptions); meanwhile
+        the subscription keeps the paths that work. True when it has all its paths again."""
         async with self.lock:
             sub = self.subs.get(sid)
             if sub is None:
@@ -306,24 +339,33 @@ class ParentBroker:
             if pub is None:
                 return False
             generation = 1 + max((h.generation for h in sub.held), default=0)
-            old, sub.held = sub.held, []
+            down = {r for rs in self.down.values() for r in rs}
+            broken = {(h.mode, h.path) for h in sub.held if down & ({*h.routers} | h.border_routers())}
+            if not broken and all(q["redundancy"] <= 1 for q in sub.qos):
+                # A leaf could not re-plan a segment for a reason other than a router down (a channel cut):
+                # the one path goes. Of several paths, only those through a router down are known broken;
+                # the others stay, and the missing ones are planned.
+                broken = {(h.mode, h.path) for h in sub.held}
+            old = [h for h in sub.held if (h.mode, h.path) in broken]
+            sub.held = [h for h in sub.held if (h.mode, h.path) not in broken]
             await release_pieces(self.peers, self.tree.addresses(), self.books, sid, old)
             new: list[Held] = []
             try:
                 for q in sub.qos:
-                    new += await self._admit_mode(sub, ModeQoS(**q), pub.edge_router, generation)
+                    kept = [h for h in sub.held if h.mode == q["mode"]]
+                    new += await self._admit_mode(sub, ModeQoS(**q), pub.edge_router, generation, kept)
                 await commit_pieces(self.peers, self.tree.addresses(), sid, new)
             except (GridStatError, grpc.aio.AioRpcError) as exc:
                 await release_pieces(self.peers, self.tree.addresses(), self.books, sid, new)
                 self.store.put("sub", sid, sub.to_json())
-                log.warning("parent %s: %s could not be planned again around %s: %s", self.name, sid,
-                            sorted(r for rs in self.down.values() for r in rs), exc)
+                log.warning("parent %s: %s could not be planned again around %s (%d of its paths kept): %s",
+                            self.name, sid, sorted(down), len({(h.mode, h.path) for h in sub.held}), exc)
                 return False
-            sub.held = new
+            sub.held = sorted([*sub.held, *new], key=lambda h: (h.mode, h.path))
             self.store.put("sub", sid, sub.to_json())
             self.rerouted += 1
-            log.warning("parent %s: %s planned again around %s: %s", self.name, sid,
-                        sorted(r for rs in self.down.values() for r in rs), " ".join(r for h in new for r in h.routers))
+            log.warning("parent %s: %s planned again around %s: %s", self.name, sid, sorted(down),
+                        " ".join(r for h in new for r in h.routers))
             return True
 
     async def unsubscribe(self, sid: str) -> int:
@@ -351,7 +393,7 @@ class ParentBroker:
 
     def route(self, key: pb.SegmentKey) -> tuple[str | None, str]:
         """The child a segment key goes to (None: a channel registered here) and the local reservation key."""
-        local = f"{key.subscription_id}.m{key.mode}.r{key.redundant_index}.{key.cloud}"
+        local = channel_key(key.subscription_id, key.mode, key.redundant_index, key.cloud, key.path)
         if ">" in key.cloud:
             ca, cb = key.cloud.split(">", 1)
             return plan.channel_owner(ca, cb, self.tree.child_clouds), local

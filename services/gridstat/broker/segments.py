@@ -35,8 +35,10 @@ class SegmentKind:
     END = "end"
 
 
-def segment_id(subscription_id: str, mode: int, redundant_index: int) -> str:
-    return f"{subscription_id}.m{mode}.r{redundant_index}"
+def segment_id(subscription_id: str, mode: int, redundant_index: int, path: int = 0) -> str:
+    """A segment's subscription id in this cloud; ``path``: which of the subscription's disjoint paths
+    (``SegmentKey.path``; docs/redundancy.md, "Across clouds"), omitted for the first."""
+    return f"{subscription_id}.m{mode}.r{redundant_index}" + (f".p{path}" if path else "")
 
 
 class SegmentCoordinator:
@@ -93,8 +95,11 @@ class SegmentCoordinator:
 
     async def reserve(self, sid: str, kind: str, *, from_router: str, to_router: str, next_channel: str,
                       variable: str, variable_id: int, pub_interval_ms: int, qos: ModeQoS,
-                      ttl_ms: int = 10_000, frames_per_s: int = 0) -> SubscriptionRecord:
-        """Reserve one cloud's piece of an inter-cloud path; nothing reaches the routers before commit."""
+                      ttl_ms: int = 10_000, frames_per_s: int = 0, avoid: frozenset[str] = frozenset(),
+                      siblings: bool = False) -> SubscriptionRecord:
+        """Reserve one cloud's piece of an inter-cloud path; nothing reaches the routers before commit.
+        ``avoid``: routers of the subscription's other disjoint paths here; ``siblings``: the
+        subscription has several paths (their END segments all reach the subscriber's edge router)."""
         async with self.cloud.lock:
             st = self.cloud.state
             if kind == SegmentKind.START:
@@ -114,7 +119,8 @@ class SegmentCoordinator:
                 subscriber, exit_channel = f"segment.{sid}", next_channel
             record = st.admit_path(sid, subscriber, variable, variable_id, pub_interval_ms, False, (qos,),
                                    from_router, to_router, exit_channel=exit_channel, segment=True,
-                                   frames_per_s=frames_per_s)
+                                   frames_per_s=frames_per_s, avoid=avoid - {from_router, to_router},
+                                   shared_sink=siblings and kind == SegmentKind.END)
             self.pending[sid] = time.monotonic() + max(ttl_ms, 1) / 1000
             return record
 

@@ -445,10 +445,12 @@ class SegmentsServicer(pb_grpc.SegmentsServicer):
                           q.price if q.HasField("price") else 1.0, q.best_effort)
             try:
                 record = await self.broker.segments.reserve(
-                    segment_id(k.subscription_id, k.mode, k.redundant_index), kind, from_router=request.from_router,
-                    to_router=request.to_router, next_channel=request.next_channel, variable=request.variable,
+                    segment_id(k.subscription_id, k.mode, k.redundant_index, k.path), kind,
+                    from_router=request.from_router, to_router=request.to_router,
+                    next_channel=request.next_channel, variable=request.variable,
                     variable_id=request.variable_id, pub_interval_ms=request.pub_interval_ms, qos=qos,
-                    ttl_ms=request.ttl_ms or 10_000, frames_per_s=request.frames_per_s)
+                    ttl_ms=request.ttl_ms or 10_000, frames_per_s=request.frames_per_s,
+                    avoid=frozenset(request.avoid_routers), siblings=q.redundancy > 1)
             except ADMISSION_ERRORS as exc:
                 return pb.ReserveSegmentReply(reserved=False, rejection=rejection(exc))
             (_, paths), = record.paths
@@ -459,13 +461,13 @@ class SegmentsServicer(pb_grpc.SegmentsServicer):
     async def CommitSegment(self, request: pb.SegmentKey, context: Any) -> pb.SegmentReply:
         async def call() -> pb.SegmentReply:
             await self.broker.segments.commit(segment_id(request.subscription_id, request.mode,
-                                                         request.redundant_index))
+                                                         request.redundant_index, request.path))
             return pb.SegmentReply(ok=True)
         return await rpc.guarded(context, call)
 
     async def AbortSegment(self, request: pb.SegmentKey, context: Any) -> pb.SegmentReply:
         ok = await self.broker.segments.abort(segment_id(request.subscription_id, request.mode,
-                                                         request.redundant_index))
+                                                         request.redundant_index, request.path))
         return pb.SegmentReply(ok=ok)
 
     async def ResolveVariable(self, request: pb.ResolveVariableRequest, context: Any) -> pb.RegisterPublicationReply:

@@ -166,6 +166,15 @@ class SubscriptionRecord:
         return base if router == self.edge_router else f"{base}@{router}"
 
 
+def _avoiding(usable: Usable, routers: frozenset[str]) -> Usable:
+    """``usable`` without the channels touching ``routers``."""
+
+    def ok(ch: Channel) -> bool:
+        return ch.src not in routers and ch.dst not in routers and usable(ch)
+
+    return ok
+
+
 @dataclass(frozen=True)
 class ForeignChannel:
     """An inter-cloud event channel at one of this cloud's border routers."""
@@ -333,10 +342,14 @@ class CloudState:
     def admit_path(self, subscription_id: str, subscriber: str, variable: str, variable_id: int,
                    pub_interval_ms: int, alert: bool, qos: Iterable[ModeQoS], from_router: str, to_router: str,
                    *, exit_channel: str = "", segment: bool = False, from_routers: tuple[str, ...] = (),
-                   to_routers: tuple[str, ...] = (), frames_per_s: int = 0) -> SubscriptionRecord:
+                   to_routers: tuple[str, ...] = (), frames_per_s: int = 0, avoid: frozenset[str] = frozenset(),
+                   shared_sink: bool = False) -> SubscriptionRecord:
         """Admit paths from ``from_router`` to ``to_router`` (a subscription, or an inter-cloud segment);
         ``from_routers``/``to_routers``: every edge router of a multi-homed end, that one first.
-        At a frame rate (``frames_per_s``) the intervals are rounded to whole frames first."""
+        At a frame rate (``frames_per_s``) the intervals are rounded to whole frames first.
+        A segment of one of several disjoint inter-cloud paths (docs/redundancy.md, "Across clouds")
+        avoids the routers of its siblings (``avoid``); an END one (``shared_sink``) may join them at
+        the subscriber's edge router, as a redundant subscription's paths do."""
         from_routers = from_routers if len(from_routers) > 1 else ()
         to_routers = to_routers if len(to_routers) > 1 else ()
         qos = tuple(qos)
@@ -359,7 +372,10 @@ class CloudState:
         for q in qos:
             request = self._request(subscription_id, label, variable_id, pub_interval_ms, q, from_router, to_router,
                                     from_routers, to_routers)
-            allowed = self.allowed(q.mode, variable_id, request.sources, request.sinks, q.redundancy)
+            allowed = self.allowed(q.mode, variable_id, request.sources, request.sinks,
+                                   max(q.redundancy, 2) if shared_sink else q.redundancy)
+            if avoid:
+                allowed = _avoiding(allowed, avoid)
             planned.append((q, alloc.plan_subscription(self.topology, self.reservations(q.mode), request,
                                                        forwarding_ms=self.forwarding_ms, allowed=allowed)))
         self.version += 1

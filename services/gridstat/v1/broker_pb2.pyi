@@ -1757,10 +1757,15 @@ class SegmentKey(_message.Message):
     MODE_FIELD_NUMBER: _builtins.int
     REDUNDANT_INDEX_FIELD_NUMBER: _builtins.int
     CLOUD_FIELD_NUMBER: _builtins.int
+    PATH_FIELD_NUMBER: _builtins.int
     subscription_id: _builtins.str
     mode: _builtins.int
     redundant_index: _builtins.int
     cloud: _builtins.str
+    path: _builtins.int
+    """Which disjoint path of the subscription (docs/redundancy.md, "Across clouds"): its index, plus
+    the redundancy for each earlier crossing of the same cloud by that path. 0 for the first path.
+    """
     def __init__(
         self,
         *,
@@ -1768,10 +1773,11 @@ class SegmentKey(_message.Message):
         mode: _builtins.int = ...,
         redundant_index: _builtins.int = ...,
         cloud: _builtins.str = ...,
+        path: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cloud", b"cloud", "mode", b"mode", "redundant_index", b"redundant_index", "subscription_id", b"subscription_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cloud", b"cloud", "mode", b"mode", "path", b"path", "redundant_index", b"redundant_index", "subscription_id", b"subscription_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1793,6 +1799,7 @@ class ReserveSegmentRequest(_message.Message):
     TTL_MS_FIELD_NUMBER: _builtins.int
     VARIABLE_FIELD_NUMBER: _builtins.int
     FRAMES_PER_S_FIELD_NUMBER: _builtins.int
+    AVOID_ROUTERS_FIELD_NUMBER: _builtins.int
     kind: Global___SegmentKind.ValueType
     from_router: _builtins.str
     """publisher's edge (START) or entry border router"""
@@ -1814,6 +1821,12 @@ class ReserveSegmentRequest(_message.Message):
     def key(self) -> Global___SegmentKey: ...
     @_builtins.property
     def qos(self) -> Global___ModeQoS: ...
+    @_builtins.property
+    def avoid_routers(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Routers the segment must not pass through: those of the subscription's other disjoint paths in
+        this cloud (docs/redundancy.md, "Across clouds"); its own from_router and to_router never are.
+        """
+
     def __init__(
         self,
         *,
@@ -1829,10 +1842,11 @@ class ReserveSegmentRequest(_message.Message):
         ttl_ms: _builtins.int = ...,
         variable: _builtins.str = ...,
         frames_per_s: _builtins.int = ...,
+        avoid_routers: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "qos", b"qos"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["frames_per_s", b"frames_per_s", "from_router", b"from_router", "key", b"key", "kind", b"kind", "latency_budget_ms", b"latency_budget_ms", "next_channel", b"next_channel", "pub_interval_ms", b"pub_interval_ms", "qos", b"qos", "to_router", b"to_router", "ttl_ms", b"ttl_ms", "variable", b"variable", "variable_id", b"variable_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["avoid_routers", b"avoid_routers", "frames_per_s", b"frames_per_s", "from_router", b"from_router", "key", b"key", "kind", b"kind", "latency_budget_ms", b"latency_budget_ms", "next_channel", b"next_channel", "pub_interval_ms", b"pub_interval_ms", "qos", b"qos", "to_router", b"to_router", "ttl_ms", b"ttl_ms", "variable", b"variable", "variable_id", b"variable_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

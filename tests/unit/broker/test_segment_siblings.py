@@ -1,0 +1,54 @@
+"""Segments of disjoint inter-cloud paths in one cloud (docs/redundancy.md, "Across clouds"): a sibling
+avoids the routers the others took, and END siblings may meet at the subscriber's edge router."""
+
+from __future__ import annotations
+
+import pytest
+
+from gridstat.broker.rejections import NoFeasiblePath
+from gridstat.broker.segments import segment_id
+from gridstat.broker.state import CloudState, ModeQoS, RouterEndpoint
+from gridstat.broker.topology import RouterRole
+from gridstat.core.model import FLOAT
+
+
+def cloud() -> CloudState:
+    """e1 - a - e2 and a slower e1 - b - e2; pmu/f published at e1, ems at e2."""
+    st = CloudState("A")
+    for i, (name, role) in enumerate([("e1", RouterRole.EDGE), ("a", RouterRole.INTERNAL),
+                                      ("b", RouterRole.INTERNAL), ("e2", RouterRole.EDGE)]):
+        st.topology.add_router(name, role, 10_000)
+        st.endpoints[name] = RouterEndpoint(name, i + 1, "-", "127.0.0.1", 1)
+    for x, y, lat in [("e1", "a", 1.0), ("a", "e2", 1.0), ("e1", "b", 3.0), ("b", "e2", 3.0)]:
+        st.topology.add_link(x, y, bandwidth_bps=1e9, latency_ms=lat)
+    st.register_client("pmu", "publisher", "e1", "", 0)
+    st.register_client("ems", "subscriber", "e2", "127.0.0.1", 9)
+    st.registry.register("pmu", "f", FLOAT, interval_ms=10)
+    return st
+
+
+def end_segment(st: CloudState, sid: str, *, avoid: frozenset[str] = frozenset(), shared_sink: bool = False
+                ) -> tuple[str, ...]:
+    """An END segment of pmu/f entering at e1 (as if a border router) for ems at e2: its one path."""
+    var = st.registry.lookup("pmu/f")
+    record = st.admit_path(sid, "ems", var.full_name, var.variable_id, 10, False, (ModeQoS(0, 20, 50),), "e1", "e2",
+                           segment=True, avoid=avoid, shared_sink=shared_sink)
+    ((_, (path,)),) = record.paths
+    return path.routers
+
+
+def test_a_sibling_segment_avoids_the_others_and_may_join_them_at_the_subscriber() -> None:
+    st = cloud()
+    assert end_segment(st, segment_id("s", 0, 0)) == ("e1", "a", "e2")
+    # Told to avoid a, the only other way ends b -> e2, into a router fed by a: the tree rule refuses
+    # it for a lone path ...
+    with pytest.raises(NoFeasiblePath):
+        end_segment(st, segment_id("s", 0, 0, 1), avoid=frozenset({"a"}))
+    # ... and allows it for a sibling of a redundant subscription, at the subscriber's edge router.
+    assert end_segment(st, segment_id("s", 0, 0, 1), avoid=frozenset({"a"}), shared_sink=True) == ("e1", "b", "e2")
+
+
+def test_segment_ids_of_the_first_path_are_unchanged() -> None:
+    assert segment_id("A-s1", 2, 3) == "A-s1.m2.r3" == segment_id("A-s1", 2, 3, 0)
+    assert segment_id("A-s1", 2, 3, 1) == "A-s1.m2.r3.p1"
+    assert segment_id("A-s1", 2, 3, 1).rsplit(".m", 1)[0] == "A-s1"  # what a leaf reports to its parent

@@ -17,8 +17,10 @@ which gives the proportional split of :func:`parent.split_budgets`.
 Redundancy (docs/redundancy.md, "Across clouds"): each of the k disjoint paths has its own
 segments and channels, keyed apart by ``SegmentKey.path``. The segments of one cloud are
 reserved one after the other, each told the routers its siblings took there
-(``avoid_routers``), so the paths share no router inside a cloud either but the
-publisher's and the subscriber's edge routers; different clouds are reserved concurrently.
+(``avoid_routers``) and the ends of those still to come (``later_siblings``: the leaf takes
+this one's path of a joint disjoint search), so the paths share no router inside a cloud
+either but the publisher's and the subscriber's edge routers; different clouds are reserved
+concurrently.
 """
 
 from __future__ import annotations
@@ -206,7 +208,7 @@ async def reserve_pieces(peers: Peers, child_address: dict[str, str], child_clou
     segments avoid them)."""
     sid = sub.subscription_id
 
-    async def segment(s: plan.SegmentPlan, avoid: set[str]) -> Held:
+    async def segment(s: plan.SegmentPlan, avoid: set[str], later: Sequence[plan.SegmentPlan]) -> Held:
         child = plan.child_for(s.cloud, child_clouds)
         if child is None:
             raise NotFound(f"cloud {s.cloud!r} is not in this broker's subtree", field="cloud")
@@ -215,7 +217,8 @@ async def reserve_pieces(peers: Peers, child_address: dict[str, str], child_clou
             key=held.key(sid), kind=_KIND_PB[s.kind], from_router=s.from_router, to_router=s.to_router,
             next_channel=s.next_channel, variable_id=sub.variable_id, pub_interval_ms=sub.pub_interval_ms,
             qos=qos_pb(q), latency_budget_ms=s.budget_ms, ttl_ms=SEGMENT_TTL_MS, variable=sub.variable,
-            frames_per_s=sub.frames_per_s, avoid_routers=sorted(avoid - {s.from_router, s.to_router})),
+            frames_per_s=sub.frames_per_s, avoid_routers=sorted(avoid - {s.from_router, s.to_router}),
+            later_siblings=[pb.SegmentEnds(from_router=x.from_router, to_router=x.to_router) for x in later]),
             timeout=RPC_TIMEOUT_S)
         if not reply.reserved:
             raise Rejected(reply.rejection, s.cloud)
@@ -226,9 +229,9 @@ async def reserve_pieces(peers: Peers, child_address: dict[str, str], child_clou
         """The segments of one cloud one after the other, each avoiding the routers of those before."""
         used = set((taken or {}).get(cloud, ()))
         out: list[Held | BaseException] = []
-        for s in segs:
+        for i, s in enumerate(segs):
             try:
-                held = await segment(s, used)
+                held = await segment(s, used, segs[i + 1:])
             except Exception as exc:  # returned like gather's exceptions, sorted below
                 out.append(exc)
                 break

@@ -96,10 +96,11 @@ class SegmentCoordinator:
     async def reserve(self, sid: str, kind: str, *, from_router: str, to_router: str, next_channel: str,
                       variable: str, variable_id: int, pub_interval_ms: int, qos: ModeQoS,
                       ttl_ms: int = 10_000, frames_per_s: int = 0, avoid: frozenset[str] = frozenset(),
-                      siblings: bool = False) -> SubscriptionRecord:
+                      siblings: bool = False, later: tuple[tuple[str, str], ...] = ()) -> SubscriptionRecord:
         """Reserve one cloud's piece of an inter-cloud path; nothing reaches the routers before commit.
         ``avoid``: routers of the subscription's other disjoint paths here; ``siblings``: the
-        subscription has several paths (their END segments all reach the subscriber's edge router)."""
+        subscription has several paths (their END segments all reach the subscriber's edge router);
+        ``later``: the (from, to) routers of the siblings reserved here after this one."""
         async with self.cloud.lock:
             st = self.cloud.state
             if kind == SegmentKind.START:
@@ -120,7 +121,7 @@ class SegmentCoordinator:
             record = st.admit_path(sid, subscriber, variable, variable_id, pub_interval_ms, False, (qos,),
                                    from_router, to_router, exit_channel=exit_channel, segment=True,
                                    frames_per_s=frames_per_s, avoid=avoid - {from_router, to_router},
-                                   shared_sink=siblings and kind == SegmentKind.END)
+                                   shared_sink=siblings and kind == SegmentKind.END, later=later)
             self.pending[sid] = time.monotonic() + max(ttl_ms, 1) / 1000
             return record
 

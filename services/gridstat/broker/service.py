@@ -450,7 +450,8 @@ class SegmentsServicer(pb_grpc.SegmentsServicer):
                     next_channel=request.next_channel, variable=request.variable,
                     variable_id=request.variable_id, pub_interval_ms=request.pub_interval_ms, qos=qos,
                     ttl_ms=request.ttl_ms or 10_000, frames_per_s=request.frames_per_s,
-                    avoid=frozenset(request.avoid_routers), siblings=q.redundancy > 1)
+                    avoid=frozenset(request.avoid_routers), siblings=q.redundancy > 1,
+                    later=tuple((e.from_router, e.to_router) for e in request.later_siblings))
             except ADMISSION_ERRORS as exc:
                 return pb.ReserveSegmentReply(reserved=False, rejection=rejection(exc))
             (_, paths), = record.paths

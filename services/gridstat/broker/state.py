@@ -29,7 +29,7 @@ from typing import Any
 
 from gridstat import condensation
 from gridstat.broker import allocation as alloc
-from gridstat.broker.paths import Path, Usable
+from gridstat.broker.paths import Path, Usable, disjoint_paths, within_bound
 from gridstat.broker.rejections import NoFeasiblePath
 from gridstat.broker.resources import SUBSCRIBER_CHANNEL_PREFIX, Reservations
 from gridstat.broker.topology import Channel, RouterRole, Topology
@@ -171,6 +171,16 @@ def _avoiding(usable: Usable, routers: frozenset[str]) -> Usable:
 
     def ok(ch: Channel) -> bool:
         return ch.src not in routers and ch.dst not in routers and usable(ch)
+
+    return ok
+
+
+def _along(usable: Usable, routers: tuple[str, ...]) -> Usable:
+    """``usable`` narrowed to the channels of one path."""
+    hops = frozenset(itertools.pairwise(routers))
+
+    def ok(ch: Channel) -> bool:
+        return (ch.src, ch.dst) in hops and usable(ch)
 
     return ok
 
@@ -343,13 +353,15 @@ class CloudState:
                    pub_interval_ms: int, alert: bool, qos: Iterable[ModeQoS], from_router: str, to_router: str,
                    *, exit_channel: str = "", segment: bool = False, from_routers: tuple[str, ...] = (),
                    to_routers: tuple[str, ...] = (), frames_per_s: int = 0, avoid: frozenset[str] = frozenset(),
-                   shared_sink: bool = False) -> SubscriptionRecord:
+                   shared_sink: bool = False, later: tuple[tuple[str, str], ...] = ()) -> SubscriptionRecord:
         """Admit paths from ``from_router`` to ``to_router`` (a subscription, or an inter-cloud segment);
         ``from_routers``/``to_routers``: every edge router of a multi-homed end, that one first.
         At a frame rate (``frames_per_s``) the intervals are rounded to whole frames first.
         A segment of one of several disjoint inter-cloud paths (docs/redundancy.md, "Across clouds")
         avoids the routers of its siblings (``avoid``); an END one (``shared_sink``) may join them at
-        the subscriber's edge router, as a redundant subscription's paths do."""
+        the subscriber's edge router, as a redundant subscription's paths do. ``later``: the (from, to)
+        routers of the siblings to be reserved after it here; it takes its path of a joint disjoint
+        search for all of them (:meth:`_sibling_path`), so it does not block theirs."""
         from_routers = from_routers if len(from_routers) > 1 else ()
         to_routers = to_routers if len(to_routers) > 1 else ()
         qos = tuple(qos)
@@ -376,6 +388,10 @@ class CloudState:
                                    max(q.redundancy, 2) if shared_sink else q.redundancy)
             if avoid:
                 allowed = _avoiding(allowed, avoid)
+            if later:
+                mine = self._sibling_path(((from_router, to_router), *later), allowed, q.latency_ms)
+                if mine is not None:
+                    allowed = _along(allowed, mine)
             planned.append((q, alloc.plan_subscription(self.topology, self.reservations(q.mode), request,
                                                        forwarding_ms=self.forwarding_ms, allowed=allowed)))
         self.version += 1
@@ -394,6 +410,24 @@ class CloudState:
             raise
         self._index(record, +1)
         return record
+
+    def _sibling_path(self, ends: tuple[tuple[str, str], ...], usable: Usable,
+                      bound_ms: float) -> tuple[str, ...] | None:
+        """The path for ``ends[0]`` among node-disjoint paths for all of ``ends`` (docs/redundancy.md,
+        "Across clouds"): paths.disjoint_paths with the distinct entries and exits as multi-router
+        ends, each carrying one path. None when that search cannot answer (fewer paths, entries and
+        exits paired otherwise than asked, or this one beyond the bound): the segment is then planned
+        alone, avoiding only the routers of the siblings before it."""
+        srcs = tuple(dict.fromkeys(a for a, _ in ends))
+        dsts = tuple(dict.fromkeys(b for _, b in ends))
+        if (len(srcs) > 1 and len(dsts) > 1 and len(srcs) != len(ends)) or set(srcs) & set(dsts):
+            return None
+        ok = within_bound(self.topology, srcs, dsts, bound_ms, usable=usable, forwarding_ms=self.forwarding_ms)
+        found = disjoint_paths(self.topology, srcs, dsts, len(ends), usable=ok, forwarding_ms=self.forwarding_ms)
+        if len(found) < len(ends) or {(p.routers[0], p.routers[-1]) for p in found} != set(ends):
+            return None
+        mine = next(p for p in found if (p.routers[0], p.routers[-1]) == ends[0])
+        return mine.routers if mine.latency_ms <= bound_ms + 1e-9 else None
 
     # -- healing (docs/redundancy.md, "Healing") ---------------------------------------------------
     def broken_paths(self, record: SubscriptionRecord) -> dict[int, tuple[int, ...]]:

@@ -1800,6 +1800,7 @@ class ReserveSegmentRequest(_message.Message):
     VARIABLE_FIELD_NUMBER: _builtins.int
     FRAMES_PER_S_FIELD_NUMBER: _builtins.int
     AVOID_ROUTERS_FIELD_NUMBER: _builtins.int
+    LATER_SIBLINGS_FIELD_NUMBER: _builtins.int
     kind: Global___SegmentKind.ValueType
     from_router: _builtins.str
     """publisher's edge (START) or entry border router"""
@@ -1827,6 +1828,12 @@ class ReserveSegmentRequest(_message.Message):
         this cloud (docs/redundancy.md, "Across clouds"); its own from_router and to_router never are.
         """
 
+    @_builtins.property
+    def later_siblings(self) -> _containers.RepeatedCompositeFieldContainer[Global___SegmentEnds]:
+        """The ends of this cloud's segments of the subscription's other paths, to be reserved after this
+        one: the leaf plans them all together and gives this one its path of that plan.
+        """
+
     def __init__(
         self,
         *,
@@ -1843,14 +1850,37 @@ class ReserveSegmentRequest(_message.Message):
         variable: _builtins.str = ...,
         frames_per_s: _builtins.int = ...,
         avoid_routers: _abc.Iterable[_builtins.str] | None = ...,
+        later_siblings: _abc.Iterable[Global___SegmentEnds] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "qos", b"qos"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["avoid_routers", b"avoid_routers", "frames_per_s", b"frames_per_s", "from_router", b"from_router", "key", b"key", "kind", b"kind", "latency_budget_ms", b"latency_budget_ms", "next_channel", b"next_channel", "pub_interval_ms", b"pub_interval_ms", "qos", b"qos", "to_router", b"to_router", "ttl_ms", b"ttl_ms", "variable", b"variable", "variable_id", b"variable_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["avoid_routers", b"avoid_routers", "frames_per_s", b"frames_per_s", "from_router", b"from_router", "key", b"key", "kind", b"kind", "latency_budget_ms", b"latency_budget_ms", "later_siblings", b"later_siblings", "next_channel", b"next_channel", "pub_interval_ms", b"pub_interval_ms", "qos", b"qos", "to_router", b"to_router", "ttl_ms", b"ttl_ms", "variable", b"variable", "variable_id", b"variable_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ReserveSegmentRequest: _TypeAlias = ReserveSegmentRequest  # noqa: Y015
+
+@_typing.final
+class SegmentEnds(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FROM_ROUTER_FIELD_NUMBER: _builtins.int
+    TO_ROUTER_FIELD_NUMBER: _builtins.int
+    from_router: _builtins.str
+    to_router: _builtins.str
+    def __init__(
+        self,
+        *,
+        from_router: _builtins.str = ...,
+        to_router: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["from_router", b"from_router", "to_router", b"to_router"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SegmentEnds: _TypeAlias = SegmentEnds  # noqa: Y015
 
 @_typing.final
 class ReserveSegmentReply(_message.Message):

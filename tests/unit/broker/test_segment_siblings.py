@@ -52,3 +52,39 @@ def test_segment_ids_of_the_first_path_are_unchanged() -> None:
     assert segment_id("A-s1", 2, 3) == "A-s1.m2.r3" == segment_id("A-s1", 2, 3, 0)
     assert segment_id("A-s1", 2, 3, 1) == "A-s1.m2.r3.p1"
     assert segment_id("A-s1", 2, 3, 1).rsplit(".m", 1)[0] == "A-s1"  # what a leaf reports to its parent
+
+
+def fork() -> CloudState:
+    """e - a (1 ms), a - x1 (1), a - x2 (1), e - b (5), b - x1 (5): pmu/f published at e; x2 is
+    reached only through a, which the shortest way to x1 takes."""
+    st = CloudState("A")
+    for i, name in enumerate(("e", "a", "b", "x1", "x2")):
+        st.topology.add_router(name, RouterRole.EDGE if name == "e" else RouterRole.INTERNAL, 10_000)
+        st.endpoints[name] = RouterEndpoint(name, i + 1, "-", "127.0.0.1", 1)
+    for x, y, lat in [("e", "a", 1.0), ("a", "x1", 1.0), ("a", "x2", 1.0), ("e", "b", 5.0), ("b", "x1", 5.0)]:
+        st.topology.add_link(x, y, bandwidth_bps=1e9, latency_ms=lat)
+    st.register_client("pmu", "publisher", "e", "", 0)
+    st.registry.register("pmu", "f", FLOAT, interval_ms=10)
+    return st
+
+
+def start_segment(st: CloudState, path: int, to: str, *, avoid: frozenset[str] = frozenset(),
+                  later: tuple[tuple[str, str], ...] = ()) -> tuple[str, ...]:
+    var = st.registry.lookup("pmu/f")
+    record = st.admit_path(segment_id("s", 0, 0, path), f"segment.s.p{path}", var.full_name, var.variable_id, 10,
+                           False, (ModeQoS(0, 20, 50),), "e", to, segment=True, avoid=avoid, later=later)
+    ((_, (p,)),) = record.paths
+    return p.routers
+
+
+def test_alone_the_first_segment_takes_the_way_the_second_needs() -> None:
+    st = fork()
+    assert start_segment(st, 0, "x1") == ("e", "a", "x1")
+    with pytest.raises(NoFeasiblePath):
+        start_segment(st, 1, "x2", avoid=frozenset({"a", "x1"}))
+
+
+def test_told_of_its_later_siblings_the_first_segment_leaves_them_room() -> None:
+    st = fork()
+    assert start_segment(st, 0, "x1", later=(("e", "x2"),)) == ("e", "b", "x1")
+    assert start_segment(st, 1, "x2", avoid=frozenset({"b", "x1"})) == ("e", "a", "x2")

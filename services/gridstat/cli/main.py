@@ -43,6 +43,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
                                                 "status variables"),
     "pdc-server": ("gridstat.cli.pdc_server", "a C37.118 server: serve status variables as one stream to PDCs"),
     "pdc-read": ("gridstat.cli.pdc_read", "a PDC in a shell: read a C37.118 device or server and print its frames"),
+    "sttp-server": ("gridstat.cli.sttp_server", "an STTP (IEEE 2664) publisher: serve status variables to STTP "
+                                                "subscribers"),
+    "sttp-gateway": ("gridstat.cli.sttp_gateway", "an STTP subscriber gateway: republish an STTP publisher's "
+                                                  "measurements as status variables"),
     "pmu-sim": ("gridstat.cli.pmu_sim", "a simulated C37.118 PMU (or PDC stream) on 127.0.0.1, to try the gateway"),
     "condense": ("gridstat.cli.condense",
                  "condensation functions: 'gridstat condense create|list|remove', or 'host' to run one here"),

@@ -1,0 +1,135 @@
+"""``gridstat sttp-gateway``: republish an STTP (IEEE 2664) publisher's measurements as GridStat variables.
+
+    gridstat sttp-gateway --source 127.0.0.1:7175 --edge 127.0.0.1:7801 \\
+        [--filter "FILTER ActiveMeasurements WHERE SignalType = 'FREQ'"] [--frames-per-s 30] \\
+        [--publisher NAME] [--stats-every-s 1] [-o json]
+
+It subscribes to the STTP publisher at ``--source`` (loopback unless ``--allow-remote``) with the
+filter expression ``--filter`` (every measurement by default), reads its metadata, and publishes every
+measurement as the float variable ``<device>/<point tag>`` through the edge router, one SDK publisher
+per device, with the measurement's own timestamp and the metadata as attributes (docs/sttp.md,
+"Republishing"). The library reconnects by itself when the publisher goes away. It prints ``READY
+name=<name> source=<host:port> edge=<host:port>``, a stats line every ``--stats-every-s``, and a final
+one on SIGTERM or SIGINT (or ``--duration-s``); exit 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import ipaddress
+import time
+from typing import Any
+
+from gridstat.cli.common import EXIT_CODES_HELP, EXIT_OK
+from gridstat.cli.traffic import Runner, check_edge, check_positive, tls_files
+from gridstat.core import clock, serving
+from gridstat.core.model import MAX_FRAMES_PER_S, PRIORITY_LOW, check_name
+from gridstat.errors import ValidationError
+from gridstat.gateways.sttp import SttpGateway, SttpGatewayOptions
+from gridstat.gateways.sttp.library import load
+
+DEFAULT_FILTER = "FILTER ActiveMeasurements WHERE SignalID IS NOT NULL"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.epilog = EXIT_CODES_HELP
+    p.add_argument("--source", required=True, metavar="HOST:PORT", help="the STTP publisher's address")
+    p.add_argument("--allow-remote", action="store_true", help="allow a --source beyond loopback")
+    p.add_argument("--filter", default=DEFAULT_FILTER, metavar="EXPR",
+                   help=f"the STTP filter expression of the subscription (default: {DEFAULT_FILTER!r})")
+    p.add_argument("--frames-per-s", type=int, default=0, metavar="R",
+                   help="the variables' frame rate (default: each device's FramesPerSecond from the metadata)")
+    p.add_argument("--publisher", default=None, metavar="NAME",
+                   help="publish every variable under this publisher (default: one publisher per device)")
+    p.add_argument("--edge", required=True, metavar="HOST:PORT", help="control port of the edge router")
+    p.add_argument("--priority", type=int, default=1, metavar="P", help="0 alert .. 6 low (default 1)")
+    p.add_argument("--name", default="sttp-gateway", metavar="NAME", help="this gateway's name in its stats lines")
+    p.add_argument("--stats-every-s", type=float, default=1.0, metavar="S",
+                   help="print a stats line every S seconds (0: only the final line; default 1)")
+    p.add_argument("--duration-s", type=float, default=None, metavar="S",
+                   help="stop after S seconds (default: run until SIGTERM or SIGINT)")
+    p.add_argument("--timeout", type=float, default=10.0, metavar="S",
+                   help="deadline of each call to the edge router (default 10)")
+    g = p.add_argument_group("TLS to the edge router")
+    g.add_argument("--tls-ca", default="", metavar="PEM", help="CA that signed the edge router's certificate: use TLS")
+    g.add_argument("--tls-cert", default="", metavar="PEM", help="client certificate (mutual TLS)")
+    g.add_argument("--tls-key", default="", metavar="PEM", help="private key of --tls-cert")
+    p.add_argument("--output", "-o", choices=("text", "json"), default="text",
+                   help="stats lines as text or one JSON object per line")
+    p.add_argument("--exit-with-parent", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--log-level", default="WARNING", help="log level on stderr (default WARNING)")
+
+
+def parse_source(value: str, *, allow_remote: bool) -> str:
+    """``HOST:PORT``; a host beyond loopback only with ``--allow-remote``."""
+    host, sep, port = value.strip().rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValidationError(f"--source {value!r} is not HOST:PORT", field="source")
+    if not allow_remote:
+        try:
+            local = ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            local = host == "localhost"
+        if not local:
+            raise ValidationError(f"--source {value!r} is beyond loopback: add --allow-remote to mean it",
+                                  field="source")
+    return f"{host}:{int(port)}"
+
+
+def options_of(args: argparse.Namespace) -> SttpGatewayOptions:
+    source = parse_source(args.source, allow_remote=args.allow_remote)
+    if not 0 <= args.frames_per_s <= MAX_FRAMES_PER_S:
+        raise ValidationError(f"--frames-per-s must be 1..{MAX_FRAMES_PER_S} (0: from the metadata), "
+                              f"not {args.frames_per_s}", field="frames_per_s")
+    if not 0 <= args.priority <= PRIORITY_LOW:
+        raise ValidationError(f"--priority must be 0..{PRIORITY_LOW}, not {args.priority}", field="priority")
+    if args.publisher is not None:
+        check_name(args.publisher, what="publisher")
+    if not args.filter.strip():
+        raise ValidationError("--filter is empty", field="filter")
+    check_name(args.name, what="name")
+    check_positive(args.timeout, "--timeout")
+    check_positive(args.stats_every_s, "--stats-every-s", allow_zero=True)
+    check_positive(args.duration_s, "--duration-s")
+    load()  # sttpapi missing: exit 2 with what to install
+    return SttpGatewayOptions(source=source, edge=check_edge(args.edge), filter_expression=args.filter.strip(),
+                              frames_per_s=args.frames_per_s, publisher=args.publisher, priority=args.priority,
+                              tls=tls_files(args), edge_timeout_s=args.timeout)
+
+
+def stats(args: argparse.Namespace, runner: Runner, gateway: SttpGateway, *,
+          final: bool) -> tuple[dict[str, Any], str]:
+    s = gateway.report()
+    data: dict[str, Any] = {"kind": "sttp-gateway", "name": args.name, "final": final, "ts_ms": clock.now_ms(),
+                            "uptime_s": round(time.monotonic() - runner.started, 3), **s}
+    drops = ",".join(f"{k}:{v}" for k, v in sorted(s["drops"].items())) or "-"
+    text = (f"{'FINAL ' if final else ''}sttp-gateway {args.name}: connected={s['connected']} "
+            f"variables={s['variables']} registered={s['registered']} "
+            f"measurements={s.get('measurements', 0)} published={s.get('events_published', 0)} drops={drops}")
+    return data, text
+
+
+async def _run(args: argparse.Namespace, options: SttpGatewayOptions) -> int:
+    runner = Runner("sttp-gateway", args)
+    runner.install()
+    gateway = SttpGateway(options)
+    await gateway.start()
+    runner.line(f"READY name={args.name} source={options.source} edge={options.edge}")
+    try:
+        period = args.stats_every_s
+        while not runner.stop.is_set():
+            if await runner.sleep(period if period > 0 else 3600.0):
+                break
+            if period > 0:
+                runner.emit(*stats(args, runner, gateway, final=False))
+    finally:
+        runner.emit(*stats(args, runner, gateway, final=True))
+        await asyncio.shield(gateway.stop())
+    return EXIT_OK
+
+
+def run(args: argparse.Namespace) -> int:
+    options = options_of(args)
+    return serving.run(args, lambda: _run(args, options))

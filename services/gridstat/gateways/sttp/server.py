@@ -1,0 +1,197 @@
+"""``SttpServer``: GridStat variables served to STTP subscribers (``gridstat sttp-server``, docs/sttp.md).
+
+The front object owns its parts by name: ``subscriber`` (the SDK's: a query subscription for the
+where-expression and one subscription per named variable, each admitted through the broker with the
+interval, latency bound and redundancy asked), ``served`` (the pure mapping of each variable to its
+STTP measurements, ``mapping.serve_variable``) and ``publisher`` (``library.ServingPublisher``: the
+sttpapi publisher, its metadata, its clients and its sending thread).
+
+Every served variable is subscribed to once, at ``interval_ms``, whatever the STTP clients select: the
+library evaluates each client's filter expression against the ActiveMeasurements built from the
+variables' attributes and routes to it only the measurements it selected; a throttled client gets
+every ``publishInterval`` by GridStat's own rate filter (docs/sttp.md, "Filter expressions and
+throttling"). The metadata is fixed once serving starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gridstat.client import Holder, Subscriber, Subscription
+from gridstat.client.querying import QuerySubscription
+from gridstat.core.model import TypeSpec
+from gridstat.core.tls import TlsFiles
+from gridstat.errors import GridStatError, ValidationError
+from gridstat.gateways.sttp import library, mapping
+
+UNSUBSCRIBE_TIMEOUT_S = 3.0
+
+
+@dataclass(frozen=True)
+class SttpServerOptions:
+    """What ``SttpServer`` serves and how (``gridstat sttp-server``'s options)."""
+
+    name: str
+    edge: str
+    interval_ms: int
+    #: A where-expression over the variables' attributes (docs/queries.md), or "".
+    where: str = ""
+    #: (``publisher/variable``, type) subscribed to by name, besides those of ``where``.
+    variables: Sequence[tuple[str, TypeSpec]] = ()
+    latency_ms: int = 50
+    redundancy: int = 1
+    listen: tuple[str, int] = ("127.0.0.1", 7165)
+    max_clients: int = 64
+    tls: TlsFiles | None = None
+    also_edges: Sequence[str] = ()
+    subscriber_host: str = "127.0.0.1"
+    subscriber_port: int = 0
+
+
+def served_of(sub: Subscription) -> mapping.ServedVariable:
+    """The measurements of a subscribed variable, from the broker's reply (type and attributes)."""
+    var = sub.variable
+    fields = tuple(n for n, _ in var.type.struct_type.fields) if var.type.struct_type is not None else ()
+    return mapping.serve_variable(var.full_name, var.type.kind, attributes=dict(var.attributes),
+                                  interval_ms=var.interval_ms, frames_per_s=var.frames_per_s,
+                                  served_interval_ms=sub.interval_ms, struct_fields=fields)
+
+
+class SttpServer:
+    """One ``gridstat sttp-server``: subscribe, build the metadata, serve, stop."""
+
+    def __init__(self, options: SttpServerOptions) -> None:
+        if not options.where.strip() and not options.variables:
+            raise ValidationError("an STTP server needs a where-expression or variables to serve",
+                                  field="where")
+        self.options = options
+        self.subscriber: Subscriber | None = None
+        self.query: QuerySubscription | None = None
+        self.subscriptions: list[Subscription] = []
+        #: Served variables by variable id.
+        self.served: dict[int, mapping.ServedVariable] = {}
+        #: Variables not served, by ``publisher/variable``: why (a struct that is not a phasor).
+        self.unserved: dict[str, str] = {}
+        self.publisher: library.ServingPublisher | None = None
+        self.drops: Counter[str] = Counter()
+        self.events = 0
+        self.measurements = 0
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Subscribe, build the metadata from what was admitted, listen. On failure everything started
+        is stopped again and the error raised."""
+        o = self.options
+        library.load()  # fail before the broker is asked when sttpapi is missing
+        try:
+            self.subscriber = await Subscriber.connect(o.name, o.edge, tls=o.tls, first_time=True,
+                                                       host=o.subscriber_host, port=o.subscriber_port,
+                                                       also_edges=list(o.also_edges))
+            subs: list[Subscription] = []
+            if o.where.strip():
+                # follow_s=None: the metadata is fixed once serving starts (docs/sttp.md, "Limits").
+                self.query = await self.subscriber.subscribe_query(
+                    o.where, interval_ms=o.interval_ms, latency_ms=o.latency_ms, redundancy=o.redundancy,
+                    on_event=self._on_event, follow_s=None)
+                subs += [self.query.members[n] for n in sorted(self.query.members)]
+            for variable, type_ in o.variables:
+                if self.query is not None and variable in self.query.members:
+                    continue
+                sub = await self.subscriber.subscribe_remote(variable, type_, interval_ms=o.interval_ms,
+                                                             latency_ms=o.latency_ms, redundancy=o.redundancy,
+                                                             on_event=self._on_event)
+                self.subscriptions.append(sub)
+                subs.append(sub)
+            served: list[mapping.ServedVariable] = []
+            for sub in subs:
+                try:
+                    s = served_of(sub)
+                except ValidationError as exc:
+                    self.unserved[sub.variable.full_name] = str(exc.args[0])
+                    continue
+                self.served[sub.variable.variable_id] = s
+                served.append(s)
+            if not served:
+                raise ValidationError(f"no variable to serve: {len(subs)} admitted, "
+                                      f"{len(self.unserved)} of a type STTP cannot carry", field="where")
+            publisher = library.ServingPublisher(served, max_connections=o.max_clients)
+            try:
+                publisher.start(*o.listen)
+            except BaseException:
+                publisher.stop()
+                raise
+            self.publisher = publisher
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def stop(self) -> None:
+        """Close every STTP client, remove the subscriptions at the broker."""
+        publisher, self.publisher = self.publisher, None
+        if publisher is not None:
+            await asyncio.to_thread(publisher.stop)
+        subscriber, self.subscriber = self.subscriber, None
+        if subscriber is not None:
+            if self.query is not None:
+                with contextlib.suppress(GridStatError, asyncio.TimeoutError, OSError):
+                    await asyncio.wait_for(self.query.close(), UNSUBSCRIBE_TIMEOUT_S)
+            for sub in self.subscriptions:
+                with contextlib.suppress(GridStatError, asyncio.TimeoutError, OSError):
+                    await asyncio.wait_for(subscriber.unsubscribe_remote(sub), UNSUBSCRIBE_TIMEOUT_S)
+            await subscriber.stop()
+        self.query = None
+        self.subscriptions = []
+
+    @property
+    def port(self) -> int:
+        if self.publisher is None:
+            raise ValidationError("the STTP server is not started", field="state")
+        return self.publisher.port
+
+    @property
+    def measurement_count(self) -> int:
+        return sum(len(s.points) for s in self.served.values())
+
+    # -- events -------------------------------------------------------------------------------------
+    def _on_event(self, sub: Subscription, holder: Holder) -> None:
+        publisher = self.publisher
+        if publisher is None:
+            self.drops["before_start"] += 1
+            return
+        served = self.served.get(sub.variable.variable_id)
+        if served is None:
+            self.drops["unserved_variable"] += 1
+            return
+        values = mapping.values_of(served, holder.value)
+        if values is None:
+            self.drops["bad_value"] += 1
+            return
+        ticks = mapping.ticks_of_ms(holder.timestamp_ms)
+        self.events += 1
+        if publisher.offer([(p.signal_id, ticks, v) for p, v in zip(served.points, values, strict=True)]):
+            self.measurements += len(values)
+
+    # -- reporting ----------------------------------------------------------------------------------
+    def stats(self) -> dict[str, Any]:
+        """Counts since the start (docs/sttp.md, "Counters")."""
+        drops: dict[str, int] = dict(self.drops)
+        p = self.publisher
+        counts: dict[str, int] = {}
+        clients = 0
+        if p is not None:
+            for k, n in p.drops.items():
+                drops[k] = drops.get(k, 0) + n
+            counts = dict(p.counts)
+            clients = p.clients
+        if self.subscriber is not None:
+            for k, n in self.subscriber.stats.drops.items():
+                drops[f"subscriber_{k}"] = n
+        return {"clients": clients, "variables": len(self.served), "measurements_served": self.measurement_count,
+                "unserved": len(self.unserved), "events": self.events, "measurements": self.measurements,
+                "sttp": counts, "drops": drops}
+

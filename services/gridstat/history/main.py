@@ -76,6 +76,9 @@ async def _run(args: argparse.Namespace, host: str, port: int, bounds: querying.
     tls = TlsFiles(args.tls_cert, args.tls_key, args.tls_client_ca) if args.tls_cert else None
     if tls is not None:
         grpclog.tap_stderr()  # refused TLS handshakes -> gridstat_tls_handshakes_refused_total
+    else:  # as the other roles say it (docs/security.md): the chart and `gridstat up` give certificates
+        print(f"gridstat history-server: warning: no --tls-cert: serving without TLS; whoever reaches "
+              f"{host}:{port} can read the archive (docs/security.md)", file=sys.stderr, flush=True)
     reader = ArchiveReader(args.kafka, topic=args.topic, request_timeout_ms=args.kafka_timeout_ms,
                            client_id=f"gridstat-history-{args.name}")
     server, bound = await serve(HistoryServicer(reader, bounds), host, port, tls, access.Grants.parse(args.grant))

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
@@ -173,6 +174,16 @@ def _avoiding(usable: Usable, routers: frozenset[str]) -> Usable:
         return ch.src not in routers and ch.dst not in routers and usable(ch)
 
     return ok
+
+
+_SEGMENT_ID = re.compile(r"(.*\.m\d+)\.r\d+(?:\.p\d+)?")
+
+
+def _sibling_key(segment_id: str) -> str:
+    """What the segments of one inter-cloud subscription and mode share in their ids
+    (``segments.segment_id``: "<subscription>.m<mode>.r<generation>[.p<path>]")."""
+    m = _SEGMENT_ID.fullmatch(segment_id)
+    return m.group(1) if m else segment_id
 
 
 def _along(usable: Usable, routers: tuple[str, ...]) -> Usable:
@@ -457,6 +468,7 @@ class CloudState:
         if not broken:
             return None
         label = f"{old.edge_router}.{old.exit_channel}" if old.exit_channel else old.subscriber
+        siblings = self._segment_siblings(old)
         self.remove(subscription_id)
         committed: list[int] = []
         try:
@@ -467,7 +479,8 @@ class CloudState:
                     request = self._request(subscription_id, label, old.variable_id, old.pub_interval_ms, q,
                                             old.publisher_router, old.edge_router, old.publisher_routers,
                                             old.subscriber_routers)
-                    paths = self._replace_paths(request, mode, q, paths, indexes)
+                    paths = self._replace_paths(request, mode, q, paths, indexes, avoid=siblings,
+                                                shared_sink=bool(siblings) and not old.exit_channel)
                 repaired.append((mode, paths))
             for q, (mode, paths) in zip(old.qos, repaired, strict=True):
                 request = self._request(subscription_id, label, old.variable_id, old.pub_interval_ms, q,
@@ -487,12 +500,14 @@ class CloudState:
         return record
 
     def _replace_paths(self, request: alloc.SubscriptionRequest, mode: int, q: ModeQoS,
-                       paths: tuple[Path, ...], indexes: tuple[int, ...]) -> tuple[Path, ...]:
+                       paths: tuple[Path, ...], indexes: tuple[int, ...], *, avoid: frozenset[str] = frozenset(),
+                       shared_sink: bool = False) -> tuple[Path, ...]:
         """``paths`` with those at ``indexes`` replaced by new ones disjoint from the rest (raises a
         GridStatError when there are none); a multi-homed end's edge routers kept paths hold are not
-        offered again (one path per edge router, docs/redundancy.md)."""
+        offered again (one path per edge router, docs/redundancy.md). ``avoid`` and ``shared_sink``
+        as for :meth:`admit_path` (a segment's siblings)."""
         kept = [p for i, p in enumerate(paths) if i not in indexes]
-        interiors = {r for p in kept for r in p.routers[1:-1]}
+        interiors = {r for p in kept for r in p.routers[1:-1]} | avoid
         sources = tuple(r for r in request.sources
                         if len(request.sources) == 1 or r not in {p.routers[0] for p in kept})
         sinks = tuple(r for r in request.sinks if len(request.sinks) == 1 or r not in {p.routers[-1] for p in kept})
@@ -502,7 +517,8 @@ class CloudState:
         partial = replace(request, redundancy=len(indexes), publisher_router=sources[0],
                           subscriber_router=sinks[0], publisher_routers=sources if len(sources) > 1 else (),
                           subscriber_routers=sinks if len(sinks) > 1 else ())
-        base = self.allowed(mode, request.variable_id, request.sources, request.sinks, q.redundancy)
+        base = self.allowed(mode, request.variable_id, request.sources, request.sinks,
+                            max(q.redundancy, 2) if shared_sink else q.redundancy)
 
         def usable(ch: Channel) -> bool:
             return base(ch) and ch.src not in interiors and ch.dst not in interiors
@@ -510,6 +526,17 @@ class CloudState:
         fresh = iter(alloc.plan_subscription(self.topology, self.reservations(mode), partial,
                                              forwarding_ms=self.forwarding_ms, allowed=usable).paths)
         return tuple(next(fresh) if i in indexes else p for i, p in enumerate(paths))
+
+    def _segment_siblings(self, record: SubscriptionRecord) -> frozenset[str]:
+        """The routers of the other segments here of the same inter-cloud subscription and mode (its
+        other disjoint paths, docs/redundancy.md "Across clouds"), but this segment's own ends."""
+        if not record.segment:
+            return frozenset()
+        key = _sibling_key(record.subscription_id)
+        out = {r for rid, other in self.subscriptions.items()
+               if rid != record.subscription_id and other.segment and _sibling_key(rid) == key
+               for _, paths in other.paths for p in paths for r in p.routers}
+        return frozenset(out - {record.publisher_router, record.edge_router})
 
     def restore(self, record: SubscriptionRecord) -> None:
         """Re-reserve a stored subscription on its stored paths (broker restart)."""

@@ -88,3 +88,20 @@ def test_told_of_its_later_siblings_the_first_segment_leaves_them_room() -> None
     st = fork()
     assert start_segment(st, 0, "x1", later=(("e", "x2"),)) == ("e", "b", "x1")
     assert start_segment(st, 1, "x2", avoid=frozenset({"b", "x1"})) == ("e", "a", "x2")
+
+
+def test_a_segment_repaired_inside_its_cloud_keeps_away_from_its_siblings() -> None:
+    st = cloud()
+    st.topology.add_router("c", RouterRole.INTERNAL, 10_000)
+    st.endpoints["c"] = RouterEndpoint("c", 9, "-", "127.0.0.1", 1)
+    st.topology.add_link("e1", "c", bandwidth_bps=1e9, latency_ms=4.0)
+    st.topology.add_link("c", "e2", bandwidth_bps=1e9, latency_ms=4.0)
+    first, second = segment_id("s", 0, 0), segment_id("s", 0, 1, 1)  # siblings of two generations
+    assert end_segment(st, first) == ("e1", "a", "e2")
+    assert end_segment(st, second, avoid=frozenset({"a"}), shared_sink=True) == ("e1", "b", "e2")
+    # Another subscription's segment on c is no sibling: c stays open to the repair.
+    assert end_segment(st, segment_id("t", 0, 0), avoid=frozenset({"a", "b"}), shared_sink=True) == ("e1", "c", "e2")
+    st.down.add("a")
+    repaired = st.repair(first)
+    # b (3 ms) is quicker than c (4 ms), but its sibling holds it: c, into e2 beside b.
+    assert repaired is not None and repaired.paths[0][1][0].routers == ("e1", "c", "e2")

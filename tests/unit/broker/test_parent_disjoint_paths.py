@@ -111,7 +111,8 @@ def routers(path: tuple[plan.Hop, ...]) -> set[str]:
 
 
 def cost(path: tuple[plan.Hop, ...], crossing: dict[str, float]) -> float:
-    return crossing.get(path[0].src_cloud, 1.0) + sum(h.latency_ms + crossing.get(h.dst_cloud, 1.0) for h in path)
+    total = crossing.get(path[0].src_cloud, 1.0) + sum(h.latency_ms + crossing.get(h.dst_cloud, 1.0) for h in path)
+    return float(total)
 
 
 def best_disjoint(candidates: list[tuple[plan.Hop, ...]], k: int,

@@ -34,7 +34,7 @@ def end_segment(st: CloudState, sid: str, *, avoid: frozenset[str] = frozenset()
     record = st.admit_path(sid, "ems", var.full_name, var.variable_id, 10, False, (ModeQoS(0, 20, 50),), "e1", "e2",
                            segment=True, avoid=avoid, shared_sink=shared_sink)
     ((_, (path,)),) = record.paths
-    return path.routers
+    return tuple(path.routers)
 
 
 def test_a_sibling_segment_avoids_the_others_and_may_join_them_at_the_subscriber() -> None:
@@ -74,7 +74,7 @@ def start_segment(st: CloudState, path: int, to: str, *, avoid: frozenset[str] =
     record = st.admit_path(segment_id("s", 0, 0, path), f"segment.s.p{path}", var.full_name, var.variable_id, 10,
                            False, (ModeQoS(0, 20, 50),), "e", to, segment=True, avoid=avoid, later=later)
     ((_, (p,)),) = record.paths
-    return p.routers
+    return tuple(p.routers)
 
 
 def test_alone_the_first_segment_takes_the_way_the_second_needs() -> None:

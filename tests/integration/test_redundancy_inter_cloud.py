@@ -125,6 +125,22 @@ def test_two_disjoint_inter_cloud_paths_lose_no_event_to_a_killed_border_router(
             for leaf in ("A", "B"):  # the broken path's segments are gone from both leaves, the other stays
                 routes = leaf_paths(brokers[leaf])
                 assert len(routes) == 1 and all(r in survivor for r in routes[0]), (leaf, routes)
+
+            # The router restarts on its ports: its leaf tells the parent, which plans the missing path again.
+            old, cloud = routers[victim], victim[1]
+            routers[victim] = start_router(victim, old.router_id, role="border", port=old.port,
+                                           control_port=old.control_port, extra=("--broker", brokers[cloud].address))
+            back = time.monotonic()
+            assert wait_for(lambda: parent_paths(parent) == [FIRST, SECOND], timeout_s=15), parent_paths(parent)
+            print(f"{victim} restarted: both paths held again {time.monotonic() - back:.3f} s after its READY")
+            mark = len(sink.events)
+            feed = Feed(routers["eA"].port, pub_id, var)
+            try:
+                assert wait_for(lambda: len(sink.events) - mark > 150, timeout_s=10), "events did not flow"
+            finally:
+                feed.stop()
+            again = sink.events[mark:]
+            assert len(again) > len(set(again)) + 20, "both paths should deliver copies again"
     finally:
         sink.close()
 

@@ -1,5 +1,8 @@
 """The STTP gateways between real routers and sttpapi's own Publisher and Subscriber (docs/sttp.md).
 
+The second test: a variable registered while ``gridstat sttp-server`` serves, matching its
+where-expression, is served after the metadata is defined again, to a subscriber that asked again.
+
 sttpapi's ``Publisher`` (the "device": one device PMU1 at 30 frames/s, five measurements) ->
 ``gridstat sttp-gateway`` (republishes them as variables through edge router e1) -> a real leaf broker
 and two real routers -> ``gridstat sttp-server`` (a query subscription ``source = 'sttp'`` at e2, plus a
@@ -29,6 +32,7 @@ import pytest
 
 from gridstat.client import Publisher
 from gridstat.core import clock, filtering
+from gridstat.core.model import FLOAT
 from gridstat.gateways.pdc import PHASOR_TYPE
 from gridstat.gateways.sttp import mapping
 
@@ -128,6 +132,9 @@ class Reader:
         self.subscribed = threading.Event()
         self.subscriber.set_subscriptionupdated_receiver(lambda _cache: self.subscribed.set())
         self.subscriber.set_newmeasurements_receiver(self._add)
+        # What an STTP application does when the publisher's metadata changes: ask for it again (the
+        # library then subscribes again with the same filter expression).
+        self.subscriber.configurationchanged_receiver = self.subscriber.request_metadata
         self.subscriber.subscribe(expression, settings)
         self.port = port
 
@@ -276,3 +283,56 @@ async def test_values_timestamps_and_metadata_survive_sttp_to_gridstat_to_sttp(t
         for ticks, value in got.items():
             s, k = published[ticks]
             assert value == source_value(tag, s, k)
+
+
+async def test_a_variable_registered_later_is_served_after_the_metadata_changes(tmp_path: Path) -> None:
+    readers: list[Reader] = []
+    sdk: Publisher | None = None
+    try:
+        with edge_pair(tmp_path) as (_broker, routers):
+            e1 = f"127.0.0.1:{routers['e1'].control_port}"
+            e2 = f"127.0.0.1:{routers['e2'].control_port}"
+            sdk = await Publisher.connect("sub1", e1)
+            attributes = {"signal": "FREQ", "station": "SUB1"}
+            handles = {"sub1/f1": await sdk.register("f1", FLOAT, 1000 // RATE, frames_per_s=RATE,
+                                                     attributes=attributes)}
+            server_argv = [sys.executable, "-m", "gridstat.cli.main", "sttp-server", "--name", "sttp2", "--edge", e2,
+                           "--where", "signal = 'FREQ'", "--interval-ms", str(1000 // RATE), "--follow-s", "0.3",
+                           "--listen", "127.0.0.1:0", "--stats-every-s", "0.3", "-o", "json",
+                           "--connect-timeout-s", "30", "--exit-with-parent"]
+            async with process(*server_argv) as server:
+                assert server.stdout is not None
+                ready = await line_where(server.stdout, lambda t: t.startswith("READY"), 60)
+                assert "variables=1 measurements=1" in ready, ready
+                port = int(ready.split("listen=127.0.0.1:")[1].split()[0])
+                reader = Reader(port, "FILTER ActiveMeasurements WHERE SignalType = 'FREQ'", Settings())
+                readers.append(reader)
+                await asyncio.to_thread(reader.connect)
+                assert await asyncio.to_thread(reader.subscribed.wait, 15)
+                reader.subscribed.clear()
+                handles["sub1/f2"] = await sdk.register("f2", FLOAT, 1000 // RATE, frames_per_s=RATE,
+                                                        attributes=attributes)
+                await line_where(server.stdout, lambda t: t.startswith("{") and json.loads(t)["variables"] == 2, 30)
+                assert await asyncio.to_thread(reader.subscribed.wait, 15), "no new subscription"
+                soc0 = clock.now_ms() // 1000 + 1
+                stamps: list[int] = []
+                for k in range(RATE):
+                    ts = soc0 * 1000 + k * 1000 // RATE
+                    delay = (ts - clock.now_ms()) / 1000
+                    if delay > 0:
+                        await asyncio.sleep(delay)
+                    for i, h in enumerate(handles.values()):
+                        h.publish(100.0 * i + k / 8, ts)
+                    stamps.append(ts)
+                await asyncio.sleep(1.0)
+                got = reader.by_tag()
+                records = {m.pointtag: m.signalacronym for m in reader.subscriber.metadatacache.measurement_records}
+    finally:
+        for r in readers:
+            await asyncio.to_thread(r.close)
+        if sdk is not None:
+            await sdk.stop()
+    assert records == {"sub1/f1": "FREQ", "sub1/f2": "FREQ"}
+    for i, tag in enumerate(("sub1/f1", "sub1/f2")):
+        expected = {mapping.ticks_of_ms(ts): 100.0 * i + k / 8 for k, ts in enumerate(stamps)}
+        assert {t: v for t, v in got[tag].items() if t in expected} == expected, tag

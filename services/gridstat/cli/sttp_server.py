@@ -2,17 +2,18 @@
 
     gridstat sttp-server --name sttp1 --edge 127.0.0.1:7802 --interval-ms 33 \\
         --where "signal = 'FREQ'" [--variables sub1/va:phasor,sub2/p] \\
-        [--latency-ms 50 --redundancy 1] [--listen 127.0.0.1:7165] [--stats-every-s 1] [-o json]
+        [--latency-ms 50 --redundancy 1] [--listen 127.0.0.1:7165] [--follow-s 1] [--stats-every-s 1] [-o json]
 
 It registers with the leaf broker through its edge router and subscribes, at ``--interval-ms`` with
 ``--latency-ms`` and ``--redundancy``, to every variable ``--where`` matches (a query subscription,
 docs/queries.md) and to every ``--variables`` entry. The admitted variables' attributes become the
 STTP metadata (docs/sttp.md, "Metadata"): STTP subscribers connect on ``--listen`` (loopback unless
 ``--allow-remote``), select measurements with filter expressions (``FILTER ActiveMeasurements WHERE
-SignalType = 'FREQ'``) and may throttle them (``publishInterval``). Once serving it prints ``READY
-name=<name> listen=<host:port> variables=<n> measurements=<n>`` and, every ``--stats-every-s``, a
-stats line. SIGTERM or SIGINT (or ``--duration-s``) print a final line, remove its subscriptions and
-exit 0.
+SignalType = 'FREQ'``) and may throttle them (``publishInterval``). Every ``--follow-s`` the variables
+``--where`` matches are looked at again, and the metadata defined again when they changed. Once
+serving it prints ``READY name=<name> listen=<host:port> variables=<n> measurements=<n>
+unserved=<n>`` and, every ``--stats-every-s``, a stats line. SIGTERM or SIGINT (or ``--duration-s``)
+print a final line, remove its subscriptions and exit 0.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any
 from gridstat.cli.common import EXIT_OK
 from gridstat.cli.pdc_server import parse_host_port, parse_variables
 from gridstat.cli.subscribe import POD_IP_ENV
-from gridstat.cli.traffic import GiveUp, Runner, add_client_arguments, check_common, tls_files
+from gridstat.cli.traffic import GiveUp, Runner, add_client_arguments, check_common, check_positive, tls_files
 from gridstat.core import clock, expressions, serving
 from gridstat.errors import ValidationError
 from gridstat.gateways.sttp import SttpServer, SttpServerOptions
@@ -48,6 +49,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"TCP address STTP subscribers connect to (default {DEFAULT_LISTEN}; port 0: any free port)")
     p.add_argument("--allow-remote", action="store_true", help="allow a --listen address beyond loopback")
     p.add_argument("--max-clients", type=int, default=64, metavar="N", help="STTP subscribers at once (default 64)")
+    p.add_argument("--follow-s", type=float, default=1.0, metavar="S",
+                   help="refresh --where's variables and the metadata every S seconds (0: fixed at start; default 1)")
     add_client_arguments(p)
 
 
@@ -58,6 +61,7 @@ def options_of(args: argparse.Namespace) -> SttpServerOptions:
                         ("--redundancy", args.redundancy), ("--max-clients", args.max_clients)):
         if value < 1:
             raise ValidationError(f"{flag} must be at least 1, not {value}", field=flag[2:].replace("-", "_"))
+    check_positive(args.follow_s, "--follow-s", allow_zero=True)
     where = args.where.strip()
     if where:
         where = expressions.render(expressions.parse(where))  # a fault: ExpressionError with its column
@@ -68,7 +72,8 @@ def options_of(args: argparse.Namespace) -> SttpServerOptions:
         name=args.name, edge=args.edge.strip(), interval_ms=args.interval_ms, where=where, variables=variables,
         latency_ms=args.latency_ms, redundancy=args.redundancy,
         listen=parse_host_port(args.listen, "--listen", allow_remote=args.allow_remote),
-        max_clients=args.max_clients, tls=tls_files(args), also_edges=[e.strip() for e in args.also_edge],
+        max_clients=args.max_clients, follow_s=args.follow_s, tls=tls_files(args),
+        also_edges=[e.strip() for e in args.also_edge],
         # In a pod the subscriber's socket is on the pod's address (as `gridstat subscribe` does).
         subscriber_host=os.environ.get(POD_IP_ENV, "").strip() or "127.0.0.1")
 

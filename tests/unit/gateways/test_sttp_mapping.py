@@ -144,7 +144,9 @@ def test_republished_names() -> None:
     assert mapping.republished_name(src("PMU1/FREQ")) == ("PMU1", "FREQ")
     assert mapping.republished_name(src("DOM_GPLAINS-BUS1:VH", device="DOM GPLAINS")) == \
         ("DOM_GPLAINS", "DOM_GPLAINS-BUS1:VH")
-    assert mapping.republished_name(src("PMU1:FREQ"), publisher="grid") == ("grid", "FREQ")
+    assert mapping.republished_name(src("PMU1:FREQ"), publisher="grid") == ("grid", "PMU1:FREQ")
+    assert mapping.republished_name(src("pmu-a1/freq", device="pmu-a1"), publisher="relay") == \
+        ("relay", "pmu-a1_freq")
     weird = src("  ", device="")
     assert mapping.republished_name(weird) == ("sttp", f"m{weird.signal_id.hex[:12]}")
 

@@ -207,6 +207,8 @@ class SttpGateway:
     def report(self) -> dict[str, Any]:
         """Counts since the start (docs/sttp.md, "Counters")."""
         refused = Counter(self.refused.values())
+        changes = self.source.configuration_changes if self.source is not None else 0
         return {"connected": self.connected, "variables": len(self.plan), "registered": len(self.handles),
-                "publishers": len(self.publishers), **dict(self.stats), "refused": dict(refused),
+                "publishers": len(self.publishers), "configuration_changes": changes, **dict(self.stats),
+                "refused": dict(refused),
                 "drops": dict(self.drops)}

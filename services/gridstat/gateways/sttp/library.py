@@ -140,6 +140,13 @@ class ServingPublisher:
         self.publisher.errormessage_callback = self._error
         self.publisher.define_metadata(build_metadata(variables))
 
+    def define(self, variables: Sequence[mapping.ServedVariable]) -> None:
+        """Serve ``variables`` from now on: the metadata defined again, and the library tells every
+        client (CONFIGURATIONCHANGED; a client then asks for the metadata and subscribes again).
+        Blocks on the clients' sockets: call it off the event loop."""
+        self.publisher.define_metadata(build_metadata(variables))
+        self._served = {p.signal_id: v for v in variables for p in v.points}
+
     def _error(self, message: str) -> None:
         self.counts["library_errors"] += 1
         log.info("sttp publisher: %s", message)
@@ -299,11 +306,23 @@ def _publisher_class(mods: dict[str, ModuleType]) -> type[Any]:
                 self.owner.counts["clients_total"] += 1
 
         def stop(self) -> None:
+            """The library's stop, with every client's socket shut down first and its reading thread
+            let end: the library closes a socket under a thread blocked reading it, which then prints
+            a traceback (EBADF) on stderr."""
             sock = self._server_socket
             self._shuttingdown = True
             if sock is not None:
                 with contextlib.suppress(OSError):
                     sock.shutdown(socket.SHUT_RDWR)
+            with self._subscriber_connections_lock:
+                connections = list(self._subscriber_connections)
+            for c in connections:
+                with contextlib.suppress(OSError):
+                    c._socket.shutdown(socket.SHUT_RDWR)
+            for c in connections:
+                reader = c._read_thread
+                if reader is not None and reader is not threading.current_thread():
+                    reader.join(timeout=1.0)
             super().stop()
 
     _PUBLISHER_CLASS = BoundPublisher
@@ -337,12 +356,16 @@ class SourceSubscriber:
         self.subscriber.connectionestablished_receiver = lambda: on_connection(True)
         self.subscriber.connectionterminated_receiver = lambda: on_connection(False)
         self.subscriber.metadatanotification_receiver = self._metadata
+        # The publisher's metadata changed: ask for it again; the library subscribes again once it
+        # arrives (Config.autosubscribe), so new measurements are planned and registered.
+        self.subscriber.configurationchanged_receiver = self._configuration_changed
         self.subscriber.set_newmeasurements_receiver(self._measurements)
         self.subscriber.subscribe(filter_expression, mods["settings"].Settings())
         self._config = mods["config"].Config(maxretries=-1, retryinterval=retry_interval_s,
                                              maxretryinterval=max_retry_interval_s, autoreconnect=True)
         self._thread: threading.Thread | None = None
         self.connect_error = ""
+        self.configuration_changes = 0
 
     def start(self) -> None:
         """Connect in the background (the library's connect blocks while it retries)."""
@@ -354,6 +377,10 @@ class SourceSubscriber:
 
         self._thread = threading.Thread(target=connect, name="sttp-connect", daemon=True)
         self._thread.start()
+
+    def _configuration_changed(self) -> None:
+        self.configuration_changes += 1
+        self.subscriber.request_metadata()
 
     def _metadata(self, _dataset: Any) -> None:
         cache = self.subscriber.metadatacache

@@ -267,14 +267,15 @@ def _text(raw: str) -> str:
 
 
 def republished_name(m: SourceMeasurement, *, publisher: str | None = None) -> tuple[str, str]:
-    """``(publisher, variable)`` of a measurement: the device acronym (or ``publisher``) and the point
-    tag, with a leading ``<device>/`` or ``<device>_`` taken off and the rest made to fit GridStat's
-    name rule (docs/pmu-gateway.md 3, "Names")."""
+    """``(publisher, variable)`` of a measurement, made to fit GridStat's name rule (docs/pmu-gateway.md
+    3, "Names"): the device acronym and the point tag without a leading ``<device>/`` or
+    ``<device>:``; with one ``publisher`` for every device, the whole point tag (the device in it
+    keeps the names of several devices apart)."""
     device = m.device.strip()
     pub = sanitize_name(publisher or device, "sttp")
     tag = m.point_tag.strip()
     for prefix in (f"{device}/", f"{device}:"):
-        if device and tag.startswith(prefix) and len(tag) > len(prefix):
+        if publisher is None and device and tag.startswith(prefix) and len(tag) > len(prefix):
             tag = tag[len(prefix):]
             break
     return pub, sanitize_name(tag, f"m{m.signal_id.hex[:12]}")

@@ -10,7 +10,8 @@ Every served variable is subscribed to once, at ``interval_ms``, whatever the ST
 library evaluates each client's filter expression against the ActiveMeasurements built from the
 variables' attributes and routes to it only the measurements it selected; a throttled client gets
 every ``publishInterval`` by GridStat's own rate filter (docs/sttp.md, "Filter expressions and
-throttling"). The metadata is fixed once serving starts.
+throttling"). Every ``follow_s`` the query subscription is refreshed: variables the broker admitted
+or dropped since change the metadata, and the library tells the clients (CONFIGURATIONCHANGED).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 
 from gridstat.client import Holder, Subscriber, Subscription
 from gridstat.client.querying import QuerySubscription
+from gridstat.core.aio import cancelled, create_guarded_task
 from gridstat.core.model import TypeSpec
 from gridstat.core.tls import TlsFiles
 from gridstat.errors import GridStatError, ValidationError
@@ -47,6 +49,8 @@ class SttpServerOptions:
     redundancy: int = 1
     listen: tuple[str, int] = ("127.0.0.1", 7165)
     max_clients: int = 64
+    #: Refresh the query subscription, and the metadata with it, every so many seconds (0: never).
+    follow_s: float = 1.0
     tls: TlsFiles | None = None
     also_edges: Sequence[str] = ()
     subscriber_host: str = "127.0.0.1"
@@ -81,6 +85,9 @@ class SttpServer:
         self.drops: Counter[str] = Counter()
         self.events = 0
         self.measurements = 0
+        #: Times the metadata was defined again because the query's variables changed.
+        self.metadata_changes = 0
+        self._follow: asyncio.Task[None] | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -92,13 +99,11 @@ class SttpServer:
             self.subscriber = await Subscriber.connect(o.name, o.edge, tls=o.tls, first_time=True,
                                                        host=o.subscriber_host, port=o.subscriber_port,
                                                        also_edges=list(o.also_edges))
-            subs: list[Subscription] = []
             if o.where.strip():
-                # follow_s=None: the metadata is fixed once serving starts (docs/sttp.md, "Limits").
+                # follow_s=None: the server refreshes the query itself, to redefine the metadata.
                 self.query = await self.subscriber.subscribe_query(
                     o.where, interval_ms=o.interval_ms, latency_ms=o.latency_ms, redundancy=o.redundancy,
                     on_event=self._on_event, follow_s=None)
-                subs += [self.query.members[n] for n in sorted(self.query.members)]
             for variable, type_ in o.variables:
                 if self.query is not None and variable in self.query.members:
                     continue
@@ -106,16 +111,8 @@ class SttpServer:
                                                              latency_ms=o.latency_ms, redundancy=o.redundancy,
                                                              on_event=self._on_event)
                 self.subscriptions.append(sub)
-                subs.append(sub)
-            served: list[mapping.ServedVariable] = []
-            for sub in subs:
-                try:
-                    s = served_of(sub)
-                except ValidationError as exc:
-                    self.unserved[sub.variable.full_name] = str(exc.args[0])
-                    continue
-                self.served[sub.variable.variable_id] = s
-                served.append(s)
+            subs = self._current()
+            served = self._map(subs)
             if not served:
                 raise ValidationError(f"no variable to serve: {len(subs)} admitted, "
                                       f"{len(self.unserved)} of a type STTP cannot carry", field="where")
@@ -126,12 +123,54 @@ class SttpServer:
                 publisher.stop()
                 raise
             self.publisher = publisher
+            if self.query is not None and o.follow_s > 0:
+                self._follow = create_guarded_task(self._follow_query(o.follow_s), name=f"sttp-server-{o.name}")
         except BaseException:
             await self.stop()
             raise
 
+    def _current(self) -> list[Subscription]:
+        """The subscriptions served: the query's members in name order, then those named."""
+        subs = [self.query.members[n] for n in sorted(self.query.members)] if self.query is not None else []
+        return subs + self.subscriptions
+
+    def _map(self, subs: list[Subscription]) -> list[mapping.ServedVariable]:
+        """``self.served`` and ``self.unserved`` for ``subs``; the served variables in order."""
+        served: list[mapping.ServedVariable] = []
+        by_id: dict[int, mapping.ServedVariable] = {}
+        self.unserved = {}
+        for sub in subs:
+            try:
+                s = served_of(sub)
+            except ValidationError as exc:
+                self.unserved[sub.variable.full_name] = str(exc.args[0])
+                continue
+            by_id[sub.variable.variable_id] = s
+            served.append(s)
+        self.served = by_id
+        return served
+
+    async def _follow_query(self, every_s: float) -> None:
+        """Refresh the query; when its variables changed, define the metadata again (docs/sttp.md)."""
+        while True:
+            await asyncio.sleep(every_s)
+            query, publisher = self.query, self.publisher
+            if query is None or publisher is None:
+                return
+            try:
+                changes = await query.refresh()
+            except (GridStatError, OSError):
+                self.drops["follow_failed"] += 1
+                continue
+            if changes.added or changes.dropped:
+                served = self._map(self._current())
+                await asyncio.to_thread(publisher.define, served)
+                self.metadata_changes += 1
+
     async def stop(self) -> None:
         """Close every STTP client, remove the subscriptions at the broker."""
+        await cancelled(self._follow)
+        self._follow = None
         publisher, self.publisher = self.publisher, None
         if publisher is not None:
             await asyncio.to_thread(publisher.stop)
@@ -192,6 +231,7 @@ class SttpServer:
             for k, n in self.subscriber.stats.drops.items():
                 drops[f"subscriber_{k}"] = n
         return {"clients": clients, "variables": len(self.served), "measurements_served": self.measurement_count,
-                "unserved": len(self.unserved), "events": self.events, "measurements": self.measurements,
+                "unserved": len(self.unserved), "metadata_changes": self.metadata_changes,
+                "events": self.events, "measurements": self.measurements,
                 "sttp": counts, "drops": drops}
 

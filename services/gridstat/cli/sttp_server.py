@@ -30,6 +30,7 @@ from gridstat.cli.traffic import GiveUp, Runner, add_client_arguments, check_com
 from gridstat.core import clock, expressions, serving
 from gridstat.errors import ValidationError
 from gridstat.gateways.sttp import SttpServer, SttpServerOptions
+from gridstat.gateways.sttp.library import load
 
 #: The port openPDC and the STTP reference implementations listen on by default.
 DEFAULT_LISTEN = "127.0.0.1:7165"
@@ -68,6 +69,7 @@ def options_of(args: argparse.Namespace) -> SttpServerOptions:
     variables = parse_variables(args.variables) if args.variables else []
     if not where and not variables:
         raise ValidationError("give --where or --variables: the STTP server serves nothing otherwise", field="where")
+    load()  # sttpapi missing: exit 2 with what to install, before any broker is asked
     return SttpServerOptions(
         name=args.name, edge=args.edge.strip(), interval_ms=args.interval_ms, where=where, variables=variables,
         latency_ms=args.latency_ms, redundancy=args.redundancy,

@@ -1,9 +1,12 @@
 """The options of ``gridstat sttp-server`` and ``gridstat sttp-gateway`` (docs/sttp.md): defaults,
-loopback unless ``--allow-remote``, every bad value refused with its flag named (exit 2)."""
+loopback unless ``--allow-remote``, every bad value refused with its flag named (exit 2), and sttpapi
+an optional extra: imported only when a gateway starts, its absence a clear error."""
 
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
 
 import pytest
 
@@ -12,6 +15,7 @@ from gridstat.cli import sttp_gateway, sttp_server
 from gridstat.core.model import FLOAT
 from gridstat.errors import ValidationError
 from gridstat.gateways.pdc.configs import PHASOR_TYPE
+from gridstat.gateways.sttp import library
 
 
 def server_args(*extra: str) -> argparse.Namespace:
@@ -74,3 +78,22 @@ def test_gateway_refuses_bad_options_naming_the_flag(extra: tuple[str, ...], fie
     with pytest.raises(ValidationError, match=text) as err:
         sttp_gateway.options_of(gateway_args(*extra))
     assert err.value.field == field
+
+
+def test_gridstat_imports_neither_sttpapi_nor_numpy_until_a_gateway_starts() -> None:
+    code = ("import sys, gridstat.gateways, gridstat.gateways.sttp, gridstat.cli.sttp_server, "
+            "gridstat.cli.sttp_gateway; print(sorted(m for m in ('sttp', 'numpy') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    assert out.stdout.strip() == "[]"
+
+
+def test_without_sttpapi_both_commands_say_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    def missing(name: str) -> object:
+        raise ImportError(f"No module named {name.split('.')[0]!r}")
+
+    monkeypatch.setattr(library, "import_module", missing)
+    for options_of, args in ((sttp_server.options_of, server_args("--where", "kind='freq'")),
+                             (sttp_gateway.options_of, gateway_args())):
+        with pytest.raises(ValidationError, match=r"need the sttpapi package .*pip install 'gridstat\[sttp\]'") as err:
+            options_of(args)
+        assert err.value.field == "sttp"

@@ -7,6 +7,8 @@ import math
 import uuid
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gridstat.core import filtering
 from gridstat.core.model import ValueType
@@ -175,3 +177,20 @@ def test_the_republish_rate_may_be_given_and_names_stay_unique() -> None:
 def test_a_rate_beyond_gridstats_is_refused() -> None:
     _, refused = mapping.plan_republish([src("PMU1:F", fps=1000)])
     assert list(refused.values()) == ["no_rate"]
+
+
+@given(st.text(alphabet=st.sampled_from("=;{}ab1.-eEtrueTRUEthrottledpublishInterval \x00é"), max_size=80))
+def test_any_connection_string_is_parameters_or_a_named_error(text: str) -> None:
+    params = mapping.connection_parameters(text)
+    assert all(k == k.lower() for k in params)
+    try:
+        assert mapping.throttle_interval_ms(params) >= 0
+    except ValidationError as exc:
+        assert exc.field == "publishInterval"
+
+
+@given(st.integers(min_value=-(2**63), max_value=2**64 - 1))
+def test_any_ticks_are_milliseconds(ticks: int) -> None:
+    ms, exact = mapping.ms_of_ticks(ticks)
+    assert mapping.ticks_of_ms(ms) <= ticks < mapping.ticks_of_ms(ms + 1)
+    assert exact == (mapping.ticks_of_ms(ms) == ticks)

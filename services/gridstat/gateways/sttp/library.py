@@ -366,12 +366,13 @@ class SourceSubscriber:
         self._thread: threading.Thread | None = None
         self.connect_error = ""
         self.configuration_changes = 0
+        self._stopping = False
 
     def start(self) -> None:
         """Connect in the background (the library's connect blocks while it retries)."""
         def connect() -> None:
             err = self.subscriber.connect(self.address, self._config)
-            if err is not None:
+            if err is not None and not self._stopping:
                 self.connect_error = str(err)
                 log.warning("sttp: cannot connect to %s: %s", self.address, err)
 
@@ -395,6 +396,7 @@ class SourceSubscriber:
         self._on_measurements([(m.signalid, int(m.timestamp), float(m.value)) for m in measurements])
 
     def stop(self) -> None:
+        self._stopping = True  # the connect attempt it cancels is no failure to report
         with contextlib.suppress(Exception):
             self.subscriber.disconnect()
         with contextlib.suppress(Exception):

@@ -113,7 +113,8 @@ class SttpServer:
                 self.subscriptions.append(sub)
             subs = self._current()
             served = self._map(subs)
-            if not served:
+            following = self.query is not None and o.follow_s > 0
+            if not served and not following:  # a followed query may match variables registered later
                 raise ValidationError(f"no variable to serve: {len(subs)} admitted, "
                                       f"{len(self.unserved)} of a type STTP cannot carry", field="where")
             publisher = library.ServingPublisher(served, max_connections=o.max_clients)
@@ -123,7 +124,7 @@ class SttpServer:
                 publisher.stop()
                 raise
             self.publisher = publisher
-            if self.query is not None and o.follow_s > 0:
+            if following:
                 self._follow = create_guarded_task(self._follow_query(o.follow_s), name=f"sttp-server-{o.name}")
         except BaseException:
             await self.stop()

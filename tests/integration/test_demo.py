@@ -248,3 +248,52 @@ def test_refused_subscriptions_are_shown_with_reason_and_offer_and_the_rest_runs
         elif spec.name != "too-tight":
             assert row["status"] == "admitted" and int(row["delivered"]) > 0, row
     assert "note no parent broker (--no-parent)" in out
+
+
+EDGE_BORDER = """\
+clouds:
+  - name: A
+  - name: B
+routers:
+  - {name: sub-a, role: edge-border, cloud: A}
+  - {name: ia, role: internal, cloud: A}
+  - {name: ea, role: edge, cloud: A}
+  - {name: sub-b, role: edge-border, cloud: B}
+  - {name: eb, role: edge, cloud: B}
+links:
+  - {a: sub-a, b: ia, latency_ms: 1}
+  - {a: ia, b: ea, latency_ms: 1}
+  - {a: sub-a, b: sub-b, latency_ms: 5}
+  - {a: sub-b, b: eb, latency_ms: 1}
+publishers:
+  - name: pmu-sub-a
+    edge: sub-a
+    variables:
+      - {name: freq, type: float, interval_ms: 20}
+  - name: pmu-sub-b
+    edge: sub-b
+    variables:
+      - {name: freq, type: float, interval_ms: 20}
+subscriptions:
+  - {name: same-router, edge: sub-a, variable: pmu-sub-a/freq, interval_ms: 20, latency_ms: 50}
+  - {name: in-cloud, edge: ea, variable: pmu-sub-a/freq, interval_ms: 40, latency_ms: 50}
+  - {name: across, edge: eb, variable: pmu-sub-a/freq, interval_ms: 20, latency_ms: 50}
+  - {name: back, edge: sub-a, variable: pmu-sub-b/freq, interval_ms: 20, latency_ms: 50}
+"""
+
+
+def test_an_edge_border_router_hosts_clients_and_ends_the_link_between_clouds(tmp_path: Path) -> None:
+    """A substation router that is edge and border at once (docs/topology.md, "Router roles"): its
+    publisher's variable reaches a subscriber on the same router, one in its cloud and one across the
+    inter-cloud link it ends; a subscriber on it receives the other cloud's variable."""
+    path = tmp_path / "edge-border.yaml"
+    path.write_text(EDGE_BORDER)
+    result = gridstat("up", str(path), "--duration", "5", "--plain")
+    out = result.stdout
+    assert result.returncode == 0, f"exit {result.returncode}\nstdout:\n{out}\nstderr:\n{result.stderr}"
+    assert_reaped(child_pids(out))
+    assert re.search(r"router name=sub-a role=edge-border ", out), out
+    subs = {r["name"]: r for r in final_block(out) if r["_kind"] == "sub"}
+    assert set(subs) == {"same-router", "in-cloud", "across", "back"}, subs
+    for name, row in subs.items():
+        assert row["status"] == "admitted" and int(row["delivered"]) > 0, (name, row)

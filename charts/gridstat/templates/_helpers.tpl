@@ -500,7 +500,7 @@ security.insecure: dataPlaneAuth.enabled=false turns off datagram authentication
 {{- range $i, $item := $items -}}
 {{- $cloud := default (index $root.Values.clouds 0).name $item.cloud -}}
 {{- $edge := false -}}
-{{- range $root.Values.clouds }}{{ if eq .name $cloud }}{{ range .routers }}{{ if and (eq .name $item.edgeRouter) (eq .role "edge") }}{{ $edge = true }}{{ end }}{{ end }}{{ end }}{{ end -}}
+{{- range $root.Values.clouds }}{{ if eq .name $cloud }}{{ range .routers }}{{ if and (eq .name $item.edgeRouter) (has .role (list "edge" "edge-border")) }}{{ $edge = true }}{{ end }}{{ end }}{{ end }}{{ end -}}
 {{- if not $edge }}
 c37118.{{ $kind }}[{{ $i }}].edgeRouter: {{ $item.edgeRouter | quote }} is not an edge router of cloud {{ $cloud | quote }}.
 {{- end -}}

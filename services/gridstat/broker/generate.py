@@ -70,7 +70,7 @@ def random_cloud(
 
 
 def edge_routers(topology: Topology) -> list[str]:
-    return [r.name for r in topology if r.role is RouterRole.EDGE]
+    return [r.name for r in topology if r.role.hosts_clients]
 
 
 @dataclass(frozen=True)

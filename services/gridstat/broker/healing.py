@@ -29,7 +29,6 @@ import grpc
 
 from gridstat.broker import installer
 from gridstat.broker.installer import RouterChange
-from gridstat.broker.topology import RouterRole
 from gridstat.core.aio import create_guarded_task
 from gridstat.errors import GridStatError
 from gridstat.v1 import router_pb2 as rpb
@@ -148,7 +147,7 @@ class PathRepair:
         st = self.cloud.state
         # A border router cut off by a failed channel is as useless to inter-cloud paths as a dead one.
         cut_off = {r for pair in st.down_channels for r in pair
-                   if r in st.topology.routers and st.topology.router(r).role is RouterRole.BORDER}
+                   if r in st.topology.routers and st.topology.router(r).role.joins_clouds}
         down = sorted(st.down | cut_off)
         self._told_down = bool(down)
         create_guarded_task(report(inter_cloud, down), name=f"broker-{self.cloud.name}-report-broken")

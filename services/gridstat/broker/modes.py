@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gridstat.broker.installer import RouterLink, RouterUnavailable, call_routers
-from gridstat.broker.topology import RouterRole, Topology
+from gridstat.broker.topology import Topology
 from gridstat.core.model import MAX_MODES
 from gridstat.errors import (
     CapacityExhausted,
@@ -232,7 +232,7 @@ class ModeCoordinator:
         store.set_meta("mode_change_id", change_id)
         routers = [n for n in sorted(links) if n not in st.down]
         skipped = [n for n in sorted(links) if n in st.down]
-        edges = [n for n in routers if st.topology.routers[n].role is RouterRole.EDGE]
+        edges = [n for n in routers if st.topology.routers[n].role.hosts_clients]
         inner = [n for n in routers if n not in edges]
         timings: list[PhaseTiming] = []
 

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 
 from gridstat.broker import installer
 from gridstat.broker.state import ForeignChannel, SubscriptionRecord
-from gridstat.broker.topology import RouterRole
 from gridstat.core.model import StatusVariable
 from gridstat.errors import DuplicateName, GridStatError, NotFound, Unauthorized, ValidationError
 
@@ -63,7 +62,7 @@ class SegmentCoordinator:
         """An inter-cloud channel at one of this cloud's border routers (its capacity is the parent's)."""
         cloud, st = self.cloud, self.cloud.state
         async with cloud.lock:
-            if st.topology.router(f.border_router).role is not RouterRole.BORDER:
+            if not st.topology.router(f.border_router).role.joins_clouds:
                 raise ValidationError(f"{f.border_router!r} is not a border router", field="channel.router_a")
             if (f.border_router, f.foreign_router) in st.foreign:
                 raise DuplicateName(f"{f.border_router!r} already has a channel to {f.foreign_router!r}",

@@ -294,7 +294,7 @@ class QoSBrokerServicer(pb_grpc.QoSBrokerServicer):
             try:
                 role = RouterRole(r.role or "internal")
             except ValueError:
-                raise ValidationError(f"router role {r.role!r} is not edge, internal or border",
+                raise ValidationError(f"router role {r.role!r} is not edge, internal, border or edge-border",
                                       field="router.role") from None
             host, _, port = r.event_address.rpartition(":")
             if not host or not port.isdigit() or not r.control_address:

@@ -33,7 +33,7 @@ from gridstat.broker import allocation as alloc
 from gridstat.broker.paths import Path, Usable, disjoint_paths, within_bound
 from gridstat.broker.rejections import NoFeasiblePath
 from gridstat.broker.resources import SUBSCRIBER_CHANNEL_PREFIX, Reservations
-from gridstat.broker.topology import Channel, RouterRole, Topology
+from gridstat.broker.topology import Channel, Topology
 from gridstat.core import filtering
 from gridstat.core.model import MAX_MODES, StatusVariable, VariableRegistry
 from gridstat.errors import DuplicateName, GridStatError, NotFound, Unauthorized, ValidationError
@@ -279,7 +279,7 @@ class CloudState:
         """Register a client at its (first) edge router, or with ``also`` attach a registered one at
         one more (a multi-homed client, docs/redundancy.md). A client registered again at its first
         edge router keeps its other attachments; at another, that one becomes its first."""
-        if edge_router not in self.endpoints or self.topology.router(edge_router).role is not RouterRole.EDGE:
+        if edge_router not in self.endpoints or not self.topology.router(edge_router).role.hosts_clients:
             raise Unauthorized(f"{edge_router!r} is not an edge router of cloud {self.name!r}", field="edge_router")
         if kind == "subscriber" and not (host and 0 < port < 65536):
             raise ValidationError(f"subscriber {name!r} needs a host and port for its events", field="port")

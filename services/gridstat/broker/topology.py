@@ -26,11 +26,24 @@ from gridstat.errors import DuplicateName, NotFound, ValidationError
 
 
 class RouterRole(enum.Enum):
-    """``vertex type`` of the broker configuration: edge (ESR), internal (SR) or border (BSR) router."""
+    """``vertex type`` of the broker configuration: edge (ESR), internal (SR) or border (BSR) router, or
+    one router that is both an edge and a border router (a substation's router that hosts its PMUs
+    and ends an inter-cloud channel; docs/topology.md, "Router roles")."""
 
     EDGE = "edge"
     INTERNAL = "internal"
     BORDER = "border"
+    EDGE_BORDER = "edge-border"
+
+    @property
+    def hosts_clients(self) -> bool:
+        """Publishers and subscribers attach here (an edge router's proxy)."""
+        return self is RouterRole.EDGE or self is RouterRole.EDGE_BORDER
+
+    @property
+    def joins_clouds(self) -> bool:
+        """Inter-cloud channels end here."""
+        return self is RouterRole.BORDER or self is RouterRole.EDGE_BORDER
 
 
 @dataclass(frozen=True)

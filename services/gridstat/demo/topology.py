@@ -26,7 +26,10 @@ from gridstat.errors import ValidationError
 
 DEFAULT_TOPOLOGY_PATH = Path(__file__).with_name("default-topology.yaml")
 
-ROLES = ("edge", "internal", "border")
+ROLES = ("edge", "internal", "border", "edge-border")
+#: Roles whose routers host publishers and subscribers, and roles whose routers end inter-cloud links.
+CLIENT_ROLES = ("edge", "edge-border")
+BORDER_ROLES = ("border", "edge-border")
 VALUE_TYPES = ("int", "float", "bool")
 PUBLISHER_ID_BASE = 1000
 SUBSCRIBER_ID_BASE = 2000
@@ -281,9 +284,9 @@ def _validate(data: object, source: str, lines: dict[str, int]) -> Topology:
         ra, rb = routers[a], routers[b]
         if ra.cloud != rb.cloud:
             for end, r in (("a", ra), ("b", rb)):
-                if r.role != "border":
+                if r.role not in BORDER_ROLES:
                     raise c.fail((*p, end), f"link joins clouds {ra.cloud} and {rb.cloud} but {r.name!r} "
-                                 f"is a {r.role} router, not a border router")
+                                 f"is {_a(r.role)} router, not a border or edge-border router")
         links.append(Link(a, b, float(m["latency_ms"]), m.get("bandwidth_kbps", DEFAULT_BANDWIDTH_KBPS)))
 
     publishers: list[Publisher] = []
@@ -342,10 +345,15 @@ def _validate(data: object, source: str, lines: dict[str, int]) -> Topology:
                     tuple(subscriptions), lines)
 
 
+def _a(role: str) -> str:
+    """``an internal``, ``a border``: the role with its article, for messages."""
+    return f"{'an' if role[0] in 'aeiou' else 'a'} {role}"
+
+
 def _edge(c: _Checker, value: object, path: Path_, routers: Mapping[str, Router]) -> str:
     if not isinstance(value, str) or value not in routers:
         raise c.fail(path, f"unknown router {value!r}")
-    if routers[value].role != "edge":
-        raise c.fail(path, f"{value!r} is a {routers[value].role} router; publishers and subscribers "
-                     "attach to edge routers")
+    if routers[value].role not in CLIENT_ROLES:
+        raise c.fail(path, f"{value!r} is {_a(routers[value].role)} router; publishers and subscribers "
+                     "attach to edge or edge-border routers")
     return value

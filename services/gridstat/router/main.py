@@ -249,7 +249,7 @@ def _broker_tls(args: argparse.Namespace) -> TlsFiles | None:
 def _proxy(args: argparse.Namespace, config: RouterConfig, tls: TlsFiles | None) -> EdgeProxyServicer | None:
     """The EdgeProxy of an edge router started with ``--broker``; None for the other roles (they only
     announce themselves to it) and without it."""
-    if not args.broker or config.role is not Role.EDGE:
+    if not args.broker or not config.role.hosts_clients:
         return None
     if args.broker_deadline_ms <= 0:
         raise ValidationError("--broker-deadline-ms must be positive", field="broker_deadline_ms")

@@ -53,13 +53,19 @@ class Role(enum.Enum):
     EDGE = "edge"
     INTERNAL = "internal"
     BORDER = "border"
+    #: both: clients attach here and inter-cloud channels end here (docs/topology.md, "Router roles")
+    EDGE_BORDER = "edge-border"
+
+    @property
+    def hosts_clients(self) -> bool:
+        return self is Role.EDGE or self is Role.EDGE_BORDER
 
     @classmethod
     def parse(cls, text: str) -> Role:
         try:
             return cls(text)
         except ValueError:
-            raise ValidationError(f"router role {text!r} is not edge, internal or border",
+            raise ValidationError(f"router role {text!r} is not edge, internal, border or edge-border",
                                   field="role") from None
 
 

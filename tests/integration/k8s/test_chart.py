@@ -690,3 +690,22 @@ def test_every_value_is_documented_in_the_schema_and_the_readme() -> None:
         if isinstance(value, dict):
             for sub in value:
                 assert covered(f"{key}.{sub}"), f"{key}.{sub} has no ## @param"
+
+
+def test_an_edge_border_router_gets_the_edge_proxy_policy_and_its_role(tools: dict[str, str],
+                                                                       tmp_path: Path) -> None:
+    """``role: edge-border`` (docs/topology.md, "Router roles"): the router's clients reach its control
+    port like an edge router's, and the router starts with that role."""
+    values = write_values(tmp_path, "eb.yaml", {"clouds": [{"name": "A", "routers": [
+        {"name": "sub1", "id": 1, "role": "edge-border"}, {"name": "i1", "id": 2, "role": "internal"},
+        {"name": "e1", "id": 3, "role": "edge"}], "links": [
+        {"a": "sub1", "b": "i1", "latencyMs": 1}, {"a": "i1", "b": "e1", "latencyMs": 1}]}]})
+    docs = render(tools, values)
+    (edges,) = [d for d in docs
+                if d["kind"] == "NetworkPolicy" and d["metadata"]["name"] == "rel-gridstat-edge-proxies"]
+    (names,) = [e["values"] for e in edges["spec"]["podSelector"]["matchExpressions"]
+                if e["key"] == "statefulset.kubernetes.io/pod-name"]
+    assert names == ["rel-gridstat-router-a-0", "rel-gridstat-router-a-2"]  # sub1 and e1, not i1
+    config = next(d for d in docs if d["kind"] == "ConfigMap" and "0" in (d.get("data") or {})
+                  and "--role" in d["data"]["0"])
+    assert "--name sub1 --id 1 --role edge-border " in config["data"]["0"], config["data"]["0"]

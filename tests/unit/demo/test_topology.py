@@ -136,11 +136,13 @@ def test_missing_file() -> None:
 
 
 @pytest.mark.parametrize(("old", "new", "expected"), [
-    ("role: internal", "role: core", "t.yaml:6: routers[1].role: 'core' is not one of edge, internal, border"),
+    ("role: internal", "role: core",
+     "t.yaml:6: routers[1].role: 'core' is not one of edge, internal, border, edge-border"),
     ("{a: i1, b: b1, latency_ms: 1}", "{a: i1, b: i1, latency_ms: 1}",
      "t.yaml:12: links[1].b: a link must join two different routers"),
     ("{a: b1, b: b2, latency_ms: 5}", "{a: i1, b: b2, latency_ms: 5}",
-     "t.yaml:13: links[2].a: link joins clouds A and B but 'i1' is a internal router"),
+     "t.yaml:13: links[2].a: link joins clouds A and B but 'i1' is an internal router, not a border or edge-border "
+     "router"),
     ("{a: b1, b: b2, latency_ms: 5}", "{a: e2, b: b2, latency_ms: 5}",
      "t.yaml:14: links[3]: duplicate link between 'b2' and 'e2'"),
     ("latency_ms: 5}", "latency_ms: fast}", "t.yaml:13: links[2].latency_ms: expected a number, got a string"),
@@ -148,7 +150,8 @@ def test_missing_file() -> None:
     ("capacity_eps: 2000", "capacity_eps: 0", "t.yaml:6: routers[1].capacity_eps: 0 is out of range"),
     ("capacity_eps: 2000", "capacity_eps: lots", "t.yaml:6: routers[1].capacity_eps: expected an integer"),
     ("{a: e1, b: i1,", "{a: e1, c: i1,", "t.yaml:11: links[0].c: unknown field 'c'"),
-    ("edge: e1", "edge: i1", "t.yaml:17: publishers[0].edge: 'i1' is a internal router"),
+    ("edge: e1", "edge: i1", "t.yaml:17: publishers[0].edge: 'i1' is an internal router; publishers and "
+     "subscribers attach to edge or edge-border routers"),
     ("type: float", "type: double", "t.yaml:19: publishers[0].variables[0].type: 'double' is not one of"),
     ("interval_ms: 17", "interval_ms: 0", "t.yaml:19: publishers[0].variables[0].interval_ms: 0 is out of range"),
     ("priority: 3", "priority: 0", "t.yaml:20: publishers[0].variables[1].priority: 0 is out of range (1..6)"),

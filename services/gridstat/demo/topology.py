@@ -1,4 +1,5 @@
-"""Topology files of the embedded runner: clouds, routers, links, publishers, subscriptions.
+"""Topology files of the embedded runner: clouds, routers, links, publishers, subscriptions, and
+optionally the grid's stations and the broker hierarchy.
 
 The schema is documented in ``docs/topology.md``. ``load_topology`` reads a YAML
 file and validates it whole; every error names the file, the line (from the
@@ -10,6 +11,12 @@ Router ids (the sender id of their datagrams) are assigned here, in file order,
 1, 2, ...; the leaf QoS brokers assign the client ids of publishers and
 subscribers and the variable ids. The numbered ``publisher_id``,
 ``subscriber_id`` and ``variable_id`` kept here only seed the simulated signals.
+
+A utility's grid is written down as it is (docs/topology.md, "Stations" and "Broker
+hierarchy"): ``stations`` (substations with coordinates, voltage level, owner and region)
+attached to routers, whose attributes every variable published at the station carries, so
+where-expressions (docs/queries.md) select by them; and ``brokers``, a tree of parent QoS
+brokers of any depth over the clouds' leaf brokers (dissertation 3.3.2).
 """
 
 from __future__ import annotations
@@ -20,7 +27,15 @@ from pathlib import Path
 from typing import Any
 
 from gridstat.core import filtering, yamldoc
-from gridstat.core.model import MAX_FRAMES_PER_S, NAME_PATTERN, PRIORITIES, PRIORITY_HIGH, TypeSpec, ValueType
+from gridstat.core.model import (
+    ATTRIBUTE_LEN,
+    MAX_FRAMES_PER_S,
+    NAME_PATTERN,
+    PRIORITIES,
+    PRIORITY_HIGH,
+    TypeSpec,
+    ValueType,
+)
 from gridstat.core.yamldoc import field_name
 from gridstat.errors import ValidationError
 
@@ -43,6 +58,14 @@ DEFAULT_BANDWIDTH_KBPS = 100_000
 _NAME = {"type": "string", "pattern": NAME_PATTERN,
          "description": "a valid name (1-128 letters, digits, '_', '.', ':', '-')"}
 _INTERVAL = {"type": "integer", "minimum": 1, "maximum": 86_400_000}
+#: Free text (a description, an owner, a region): what a variable's attribute may hold.
+_TEXT = {"type": "string", "minLength": 1, "maxLength": ATTRIBUTE_LEN, "pattern": r"^[^\x00-\x1f\x7f]*$",
+         "description": f"printable text of 1-{ATTRIBUTE_LEN} characters"}
+_LATITUDE = {"type": "number", "minimum": -90, "maximum": 90}
+_LONGITUDE = {"type": "number", "minimum": -180, "maximum": 180}
+#: Descriptive fields of a router (docs/topology.md, "Routers").
+_ROUTER_META = {"description": _TEXT, "latitude": _LATITUDE, "longitude": _LONGITUDE, "owner": _TEXT,
+                "site": _TEXT}
 
 
 def _obj(required: dict[str, object], optional: dict[str, object] | None = None) -> dict[str, object]:
@@ -51,15 +74,16 @@ def _obj(required: dict[str, object], optional: dict[str, object] | None = None)
 
 
 SCHEMA: dict[str, object] = _obj({
-    "clouds": {"type": ["array", "null"], "items": _obj({"name": _NAME})},
+    "clouds": {"type": ["array", "null"], "items": _obj({"name": _NAME},
+                                                        {"broker": {}, "description": _TEXT})},
     "routers": {"type": ["array", "null"], "items": _obj(
         {"name": _NAME, "role": {"enum": list(ROLES)}, "cloud": {}},
-        {"capacity_eps": {"type": "integer", "minimum": 1, "maximum": 0xFFFF_FFFF}})},
+        {"capacity_eps": {"type": "integer", "minimum": 1, "maximum": 0xFFFF_FFFF}, **_ROUTER_META})},
     "links": {"type": ["array", "null"], "items": _obj(
         {"a": {}, "b": {}, "latency_ms": {"type": "number", "minimum": 0}},
         {"bandwidth_kbps": {"type": "integer", "minimum": 1, "maximum": 10**12}})},
     "publishers": {"type": ["array", "null"], "items": _obj({
-        "name": _NAME, "edge": {}}, {
+        "name": _NAME}, {"edge": {}, "station": {},
         "variables": {"type": ["array", "null"], "items": _obj(
             {"name": _NAME, "type": {"enum": list(VALUE_TYPES)}, "interval_ms": _INTERVAL},
             {"priority": {"type": "integer", "minimum": PRIORITIES[1], "maximum": PRIORITIES[-1]}})},
@@ -71,6 +95,16 @@ SCHEMA: dict[str, object] = _obj({
         {"name": _NAME, "edge": {}, "variable": {}, "interval_ms": _INTERVAL,
          "latency_ms": {"type": "integer", "minimum": 1}},
         {"redundancy": {"type": "integer", "minimum": 1, "maximum": MAX_REDUNDANCY}})},
+}, {
+    # The grid's substations (docs/topology.md, "Stations").
+    "stations": {"type": ["array", "null"], "items": _obj(
+        {"name": _NAME, "router": {}},
+        {"latitude": _LATITUDE, "longitude": _LONGITUDE, "voltage_kv": {"type": "number", "exclusiveMinimum": 0,
+                                                                         "maximum": 2000},
+         "owner": _TEXT, "region": _TEXT, "description": _TEXT})},
+    # Parent QoS brokers over the clouds' leaf brokers, a tree of any depth (docs/topology.md).
+    "brokers": {"type": ["array", "null"], "items": _obj(
+        {"name": _NAME}, {"parent": {}, "description": _TEXT, "owner": _TEXT, "region": _TEXT})},
 })
 
 
@@ -88,6 +122,50 @@ class Router:
     cloud: str
     router_id: int
     capacity_eps: int = DEFAULT_CAPACITY_EPS
+    #: Descriptive fields as written (``description``, ``latitude``, ``longitude``, ``owner``, ``site``), as text.
+    metadata: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Station:
+    """A substation of the grid, attached to a router (docs/topology.md, "Stations")."""
+
+    name: str
+    router: str
+    latitude: float | None = None
+    longitude: float | None = None
+    voltage_kv: float | None = None
+    owner: str = ""
+    region: str = ""
+    description: str = ""
+
+    @property
+    def attributes(self) -> dict[str, str]:
+        """What every variable published at the station carries (docs/queries.md): ``station``,
+        ``router`` and each field given, numbers as text (``voltage_kv`` ``345``)."""
+        out = {"station": self.name, "router": self.router}
+        for key, value in (("region", self.region), ("owner", self.owner), ("voltage_kv", self.voltage_kv),
+                           ("latitude", self.latitude), ("longitude", self.longitude),
+                           ("description", self.description)):
+            if value is not None and value != "":
+                out[key] = _text(value)
+        return out
+
+
+@dataclass(frozen=True)
+class Broker:
+    """A parent QoS broker of the hierarchy (``brokers``); ``parent`` None for the root."""
+
+    name: str
+    parent: str | None
+    metadata: Mapping[str, str] = field(default_factory=dict)
+
+
+def _text(value: object) -> str:
+    """An attribute's text: ``345`` for 345.0, ``47.61`` for 47.61."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
+        return str(int(value))
+    return str(value)
 
 
 @dataclass(frozen=True)
@@ -135,6 +213,13 @@ class Publisher:
     publisher_id: int
     #: Fed over IEEE C37.118 by a simulated device through a pmu-gateway; None = the client SDK.
     device: Device | None = None
+    #: The station it is at (``station:``), or None.
+    station: Station | None = None
+
+    @property
+    def attributes(self) -> dict[str, str]:
+        """Attributes each of its variables is registered with: its station's, or none."""
+        return self.station.attributes if self.station is not None else {}
 
 
 @dataclass(frozen=True)
@@ -158,9 +243,28 @@ class Topology:
     subscriptions: tuple[Subscription, ...]
     #: ``field_name(path)`` -> 1-based line, for errors found after loading.
     lines: Mapping[str, int] = field(default_factory=dict, compare=False, repr=False)
+    stations: tuple[Station, ...] = ()
+    #: The parent brokers, parents before their children (empty: one parent over every leaf).
+    brokers: tuple[Broker, ...] = ()
+    #: The parent broker above each cloud's leaf broker (with ``brokers``).
+    cloud_brokers: Mapping[str, str] = field(default_factory=dict)
 
     def router(self, name: str) -> Router:
         return next(r for r in self.routers if r.name == name)
+
+    @property
+    def root_broker(self) -> Broker | None:
+        return self.brokers[0] if self.brokers else None
+
+    def broker_depth(self, name: str) -> int:
+        """0 for the root, 1 for its children ...; a cloud's leaf is one below its parent broker."""
+        parents = {b.name: b.parent for b in self.brokers}
+        depth = 0
+        up = parents.get(name) if name in parents else self.cloud_brokers.get(name)
+        while up is not None:
+            depth += 1
+            up = parents.get(up)
+        return depth
 
     def variable(self, full_name: str) -> Variable:
         for p in self.publishers:
@@ -250,6 +354,7 @@ def _validate(data: object, source: str, lines: dict[str, int]) -> Topology:
         clouds.append(name)
     if not clouds:
         raise c.fail(("clouds",), "at least one cloud is needed")
+    brokers, cloud_brokers = _brokers(c, top, clouds)
 
     routers: dict[str, Router] = {}
     for i, m in enumerate(top["routers"]):
@@ -260,8 +365,13 @@ def _validate(data: object, source: str, lines: dict[str, int]) -> Topology:
         cloud = m["cloud"]
         if cloud not in clouds:
             raise c.fail((*p, "cloud"), f"unknown cloud {cloud!r}")
+        if ("latitude" in m) != ("longitude" in m):
+            raise c.fail((*p, "longitude" if "latitude" in m else "latitude"),
+                         f"router {name!r} has a {'latitude' if 'latitude' in m else 'longitude'}: give both "
+                         "latitude and longitude, or neither")
+        metadata = {k: _text(m[k]) for k in _ROUTER_META if k in m}
         routers[name] = Router(name, m["role"], str(cloud), len(routers) + 1,
-                               m.get("capacity_eps", DEFAULT_CAPACITY_EPS))
+                               m.get("capacity_eps", DEFAULT_CAPACITY_EPS), metadata)
     if not routers:
         raise c.fail(("routers",), "at least one router is needed")
 
@@ -289,6 +399,7 @@ def _validate(data: object, source: str, lines: dict[str, int]) -> Topology:
                                  f"is {_a(r.role)} router, not a border or edge-border router")
         links.append(Link(a, b, float(m["latency_ms"]), m.get("bandwidth_kbps", DEFAULT_BANDWIDTH_KBPS)))
 
+    stations = _stations(c, top, routers)
     publishers: list[Publisher] = []
     variables: dict[str, Variable] = {}
     for i, m in enumerate(top["publishers"]):
@@ -296,7 +407,17 @@ def _validate(data: object, source: str, lines: dict[str, int]) -> Topology:
         name = m["name"]
         if any(pub.name == name for pub in publishers):
             raise c.fail((*p, "name"), f"duplicate publisher {name!r}")
-        edge = _edge(c, m["edge"], (*p, "edge"), routers)
+        station = None
+        if "station" in m:
+            station = stations.get(m["station"]) if isinstance(m["station"], str) else None
+            if station is None:
+                raise c.fail((*p, "station"), f"unknown station {m['station']!r}")
+        if "edge" not in m and station is None:
+            raise c.fail(p, "missing field 'edge' (or a 'station', whose router it then attaches to)")
+        edge = _edge(c, m.get("edge", station.router if station else None), (*p, "edge"), routers)
+        if station is not None and edge != station.router:
+            raise c.fail((*p, "edge"), f"publisher {name!r} is at station {station.name!r}, attached to router "
+                         f"{station.router!r}, not {edge!r} (leave out 'edge': it is the station's router)")
         pvars: list[Variable] = []
         device = None
         if m.get("c37118") is not None:
@@ -325,7 +446,8 @@ def _validate(data: object, source: str, lines: dict[str, int]) -> Topology:
             pvars.append(var)
         if not pvars:
             raise c.fail((*p, "variables"), f"publisher {name!r} has no variables")
-        publishers.append(Publisher(name, edge, tuple(pvars), PUBLISHER_ID_BASE + len(publishers) + 1, device))
+        publishers.append(Publisher(name, edge, tuple(pvars), PUBLISHER_ID_BASE + len(publishers) + 1, device,
+                                    station))
 
     subscriptions: list[Subscription] = []
     for i, m in enumerate(top["subscriptions"]):
@@ -342,7 +464,96 @@ def _validate(data: object, source: str, lines: dict[str, int]) -> Topology:
         subscriptions.append(Subscription(name, edge, var_name, m["interval_ms"], m["latency_ms"],
                                           m.get("redundancy", 1), SUBSCRIBER_ID_BASE + len(subscriptions) + 1))
     return Topology(source, tuple(clouds), tuple(routers.values()), tuple(links), tuple(publishers),
-                    tuple(subscriptions), lines)
+                    tuple(subscriptions), lines, tuple(stations.values()), brokers, cloud_brokers)
+
+
+def _stations(c: _Checker, top: Mapping[str, Any], routers: Mapping[str, Router]) -> dict[str, Station]:
+    stations: dict[str, Station] = {}
+    for i, m in enumerate(top.get("stations") or ()):
+        p: Path_ = ("stations", i)
+        name = m["name"]
+        if name in stations:
+            raise c.fail((*p, "name"), f"duplicate station {name!r}")
+        router = _edge(c, m["router"], (*p, "router"), routers, what="stations")
+        if ("latitude" in m) != ("longitude" in m):
+            raise c.fail((*p, "longitude" if "latitude" in m else "latitude"),
+                         f"station {name!r} has a {'latitude' if 'latitude' in m else 'longitude'}: give both "
+                         "latitude and longitude, or neither")
+        kv = m.get("voltage_kv")
+        stations[name] = Station(name, router, _float(m.get("latitude")), _float(m.get("longitude")), _float(kv),
+                                 m.get("owner", ""), m.get("region", ""), m.get("description", ""))
+    return stations
+
+
+def _float(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) else None
+
+
+def _brokers(c: _Checker, top: Mapping[str, Any],
+             clouds: list[str]) -> tuple[tuple[Broker, ...], dict[str, str]]:
+    """The parent brokers, root first and every parent before its children, and each cloud's parent
+    broker; both empty without ``brokers`` (one parent over every leaf, as before)."""
+    items = list(top.get("brokers") or ())
+    declared: dict[str, tuple[int, Mapping[str, Any]]] = {}
+    for i, m in enumerate(items):
+        name = m["name"]
+        if name in declared:
+            raise c.fail(("brokers", i, "name"), f"duplicate broker {name!r}")
+        if name in clouds:
+            raise c.fail(("brokers", i, "name"), f"{name!r} is a cloud: a cloud's leaf broker is named as the "
+                         "cloud and is not listed in brokers")
+        declared[name] = (i, m)
+    cloud_brokers: dict[str, str] = {}
+    for i, m in enumerate(top["clouds"]):
+        if "broker" not in m:
+            continue
+        want = m["broker"]
+        if not declared:
+            raise c.fail(("clouds", i, "broker"), "there is no brokers list: name the cloud's parent broker "
+                         "there, or leave 'broker' out (one parent broker over every cloud)")
+        if not isinstance(want, str) or want not in declared:
+            raise c.fail(("clouds", i, "broker"), f"unknown broker {want!r}")
+        cloud_brokers[m["name"]] = want
+    if not declared:
+        return (), {}
+    roots = [name for name, (_, m) in declared.items() if m.get("parent") is None]
+    if len(roots) > 1:
+        i, _ = declared[roots[1]]
+        raise c.fail(("brokers", i, "parent"), f"brokers {roots[0]!r} and {roots[1]!r} both have no parent: "
+                     "the hierarchy has one root")
+    for name, (i, m) in declared.items():
+        up = m.get("parent")
+        if up is not None and (not isinstance(up, str) or up not in declared):
+            raise c.fail(("brokers", i, "parent"), f"unknown broker {up!r}")
+        seen = [name]
+        while up is not None:
+            if up in seen:
+                raise c.fail(("brokers", i, "parent"), "the brokers form a cycle, not a tree: "
+                             f"{' -> '.join([*seen, up])}")
+            seen.append(up)
+            up = declared[up][1].get("parent")
+    root = roots[0] if roots else None  # a cycle was found above when there is none
+    for cloud in clouds:
+        cloud_brokers.setdefault(cloud, str(root))
+    children = {name: 0 for name in declared}
+    for _, m in declared.values():
+        if m.get("parent") is not None:
+            children[m["parent"]] += 1
+    for cloud_parent in cloud_brokers.values():
+        children[cloud_parent] += 1
+    for name, n in children.items():
+        if n == 0:
+            raise c.fail(("brokers", declared[name][0], "name"), f"broker {name!r} has no children: no broker "
+                         "names it as parent and no cloud as broker")
+    ordered: list[Broker] = []
+    pending = [str(root)]
+    while pending:  # breadth first: every parent before its children
+        name = pending.pop(0)
+        _, m = declared[name]
+        ordered.append(Broker(name, m.get("parent"), {k: str(m[k]) for k in ("description", "owner", "region")
+                                                      if k in m}))
+        pending += [n for n, (_, x) in declared.items() if x.get("parent") == name]
+    return tuple(ordered), cloud_brokers
 
 
 def _a(role: str) -> str:
@@ -350,10 +561,11 @@ def _a(role: str) -> str:
     return f"{'an' if role[0] in 'aeiou' else 'a'} {role}"
 
 
-def _edge(c: _Checker, value: object, path: Path_, routers: Mapping[str, Router]) -> str:
+def _edge(c: _Checker, value: object, path: Path_, routers: Mapping[str, Router], *,
+          what: str = "publishers and subscribers") -> str:
     if not isinstance(value, str) or value not in routers:
         raise c.fail(path, f"unknown router {value!r}")
     if routers[value].role not in CLIENT_ROLES:
-        raise c.fail(path, f"{value!r} is {_a(routers[value].role)} router; publishers and subscribers "
+        raise c.fail(path, f"{value!r} is {_a(routers[value].role)} router; {what} "
                      "attach to edge or edge-border routers")
     return value

@@ -176,7 +176,7 @@ def test_duplicate_yaml_key_is_an_error() -> None:
 
 
 def test_unknown_top_level_key_and_shapes() -> None:
-    assert error_of(GOOD + "brokers: []\n").startswith("t.yaml:23: brokers: unknown field 'brokers'")
+    assert error_of(GOOD + "regions: []\n").startswith("t.yaml:23: regions: unknown field 'regions'")
     assert error_of("- 1\n") == "t.yaml:1: (document): expected a mapping, got a list"
     assert error_of("clouds: [{name: A}]\nrouters: 3\nlinks: []\npublishers: []\nsubscriptions: []\n") == \
         "t.yaml:2: routers: expected a list, got an integer"

@@ -220,14 +220,16 @@ async def test_values_timestamps_and_metadata_survive_sttp_to_gridstat_to_sttp(t
                     for r in readers:
                         assert await asyncio.to_thread(r.subscribed.wait, 15)
                     soc0 = clock.now_ms() // 1000 + 1
+                    # Times in whole milliseconds (frame k at k·1000//30 ms), which sttpapi's TSSC
+                    # codec carries exactly (docs/sttp.md, "Values and timestamps").
                     published: dict[int, tuple[int, int]] = {}
                     for s in range(SECONDS):
                         for k in range(RATE):
                             ts = (soc0 + s) * 1000 + k * 1000 // RATE
+                            ticks = mapping.ticks_of_ms(ts)
                             delay = (ts - clock.now_ms()) / 1000
                             if delay > 0:
                                 await asyncio.sleep(delay)
-                            ticks = mapping.ticks_of_ms(ts)
                             batch = []
                             for tag, _ in SOURCE:
                                 m = Measurement()

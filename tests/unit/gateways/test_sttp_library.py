@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from gridstat.core import wire
 from gridstat.core.model import ValueType
 from gridstat.gateways.sttp import SttpGateway, SttpGatewayOptions, library, mapping
 
@@ -120,7 +121,7 @@ def test_served_values_throttling_and_bad_input_on_loopback() -> None:
         t0 = 1_790_000_000_000
         stamps = [t0 + k * 1000 // 30 for k in range(30)]
         for k, ts in enumerate(stamps):
-            assert publisher.offer([(p.signal_id, mapping.ticks_of_ms(ts), 60.0 + k / 64)
+            assert publisher.offer([(p.signal_id, mapping.ticks_of_ms(ts), 60.0 + k / 64, 0)
                                     for v in variables for p in v.points])
         wait_until(lambda: len(full.got) >= 30 and len(throttled.got) >= 5)
         assert full.got == [(freq.points[0].signal_id, mapping.ticks_of_ms(ts), 60.0 + k / 64)
@@ -137,7 +138,7 @@ def test_served_values_throttling_and_bad_input_on_loopback() -> None:
 def test_a_full_queue_is_a_counted_drop() -> None:
     publisher = library.ServingPublisher(served())  # not started: nothing takes from the queue
     try:
-        point = (mapping.signal_id("pmu1/freq"), mapping.ticks_of_ms(0), 1.0)
+        point = (mapping.signal_id("pmu1/freq"), mapping.ticks_of_ms(0), 1.0, 0)
         for _ in range(library.MAX_QUEUED_BATCHES):
             assert publisher.offer([point])
         assert not publisher.offer([point, point])
@@ -154,9 +155,10 @@ async def test_the_gateway_counts_what_it_cannot_publish() -> None:
     assert [v.full_name for v in gateway.plan.values()] == ["PMU1/FREQ"]
     assert gateway.report()["refused"] == {"no_rate": 1}
     ticks = mapping.ticks_of_ms(1_790_000_000_000)
-    gateway._on_measurements([(known.signal_id, ticks, 60.0), (uuid.uuid4(), ticks, 1.0)])
-    assert gateway.drops == {"unregistered": 1, "unknown_signal": 1}
-    assert gateway.stats["measurements"] == 2
+    gateway._on_measurements([(known.signal_id, ticks, 60.0, 0), (uuid.uuid4(), ticks, 1.0, 0),
+                              (known.signal_id, mapping.UNIX_EPOCH_TICKS - 1, 60.0, 0)])
+    assert gateway.drops == {"unregistered": 2, "unknown_signal": 1}
+    assert gateway.stats["measurements"] == 3
     await asyncio.sleep(0)
 
 
@@ -171,3 +173,36 @@ def test_stopping_with_a_client_connected_is_quiet(capfd: pytest.CaptureFixture[
     finally:
         reader.close()
     assert "Traceback" not in capfd.readouterr().err
+
+
+class FakePublisher:
+    def __init__(self) -> None:
+        self.calls: list[tuple[list[tuple[Any, object]], int, tuple[Any, ...]]] = []
+
+    def publish_many(self, items: list[tuple[Any, object]], ts_ms: int, *, options: tuple[Any, ...] = ()) -> int:
+        self.calls.append((list(items), ts_ms, tuple(options)))
+        return len(items)
+
+
+class FakeHandle:
+    def __init__(self, publisher: FakePublisher) -> None:
+        self.publisher = publisher
+
+
+async def test_the_gateway_publishes_the_exact_time_and_flags_in_device_time() -> None:
+    gateway = SttpGateway(SttpGatewayOptions(source="127.0.0.1:1", edge="127.0.0.1:1"))
+    pub = FakePublisher()
+    a, b = uuid.uuid4(), uuid.uuid4()
+    gateway.handles[a] = FakeHandle(pub)  # type: ignore[assignment]
+    gateway.handles[b] = FakeHandle(pub)  # type: ignore[assignment]
+    ticks = mapping.ticks_of_ms(1_790_000_000_033) + 3_333
+    gateway._on_measurements([(a, ticks, 60.0, 0), (b, ticks, 1.5, 0), (a, ticks + 1, 61.0, mapping.BADDATA),
+                              (b, mapping.UNIX_EPOCH_TICKS - 1, 2.0, 0)])
+    assert gateway.drops == {"bad_timestamp": 1}
+    assert gateway.stats["sub_ms_timestamp"] == 3 and gateway.stats["flagged"] == 1
+    (items1, ts1, opt1), (items2, ts2, opt2) = pub.calls
+    assert [v for _, v in items1] == [60.0, 1.5] and [v for _, v in items2] == [61.0]
+    assert ts1 == ts2 == 1_790_000_000_033
+    assert wire.read_device_time(opt1) == (0, 333_333, 10_000_000)
+    assert wire.read_device_time(opt2) == (0x4000, 333_334, 10_000_000)
+    await asyncio.sleep(0)

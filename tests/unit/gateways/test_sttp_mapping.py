@@ -110,6 +110,22 @@ def test_ticks_and_milliseconds() -> None:
     assert mapping.ms_of_ticks(mapping.ticks_of_ms(ts) + 3_333) == (ts, False)  # 0.3333 ms cut off
 
 
+def test_device_time_carries_the_tick_and_the_flags_stat_can_hold() -> None:
+    ticks = mapping.ticks_of_ms(1_790_000_000_033) + 3_333  # 33.3333 ms into the second
+    stat, fracsec, base = mapping.device_time_of_ticks(ticks, mapping.BADDATA | mapping.BADTIME | 0x40)
+    assert (stat, fracsec, base) == (0x4000 | 0x2000, 333_333, 10_000_000)
+    ts_ms, _ = mapping.ms_of_ticks(ticks)
+    assert mapping.UNIX_EPOCH_TICKS + ts_ms // 1000 * base + fracsec == ticks  # the tick, whole
+
+
+@pytest.mark.parametrize(("flags", "stat"), [
+    (0, 0), (mapping.BADDATA, 0x4000), (mapping.BADTIME, 0x2000), (mapping.BADDATA | mapping.BADTIME, 0x6000),
+    (0x2 | 0x20000 | 0x1000, 0),  # suspect data, suspect time, calculated: no place in STAT
+])
+def test_state_flags_to_stat(flags: int, stat: int) -> None:
+    assert mapping.stat_of_state_flags(flags) == stat
+
+
 def test_connection_strings() -> None:
     text = ("filterExpression={FILTER ActiveMeasurements WHERE SignalType = 'FREQ'; x=1};throttled=True;"
             "publishInterval=0.200000;includeTime=True;junk")

@@ -5,9 +5,10 @@ The front object owns its parts by name: ``source`` (``library.SourceSubscriber`
 subscriber, on the library's threads), ``publishers`` (the SDK's, one per device, over one edge
 session) and ``stats``. The library's callbacks are handed to the event loop
 (``call_soon_threadsafe``): metadata becomes a plan of variables (``mapping.plan_republish``),
-registered in the background with a capped back-off; each measurement is published with its own
-timestamp once its variable is registered, and counted (``unregistered``, ``unknown_signal``,
-``sub_ms_timestamp``) otherwise.
+registered in the background with a capped back-off; each measurement is published once its
+variable is registered, with its own time (``ts_ms`` rounded down to the millisecond, and the exact
+tick and the state flags STAT can hold in the DEVICE_TIME option: ``mapping.device_time_of_ticks``),
+and counted (``unregistered``, ``unknown_signal``) otherwise.
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ import contextlib
 import logging
 import uuid
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gridstat.client import EdgeSession, PublicationHandle, Publisher
+from gridstat.core import wire
 from gridstat.core.model import FLOAT, PRIORITY_HIGH
 from gridstat.core.tls import TlsFiles
 from gridstat.errors import GridStatError, ValidationError
@@ -31,6 +33,16 @@ log = logging.getLogger(__name__)
 #: Refusals that retrying cannot fix: the variable is left out (as the pmu-gateway does).
 PERMANENT_REASONS = frozenset({"InvalidArgument", "TypeMismatch", "Unauthorized", "PermissionDenied",
                                "Unauthenticated", "AlreadyExists", "ValidationError"})
+
+
+@dataclass
+class _Batch:
+    """Values of one publisher at one instant with one STAT: one ``publish_many``."""
+
+    publisher: Publisher
+    ts_ms: int
+    option: wire.DerivedValue
+    items: list[tuple[PublicationHandle, object]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -125,39 +137,36 @@ class SttpGateway:
         self._wake.set()
 
     def _on_measurements(self, points: list[library.Point]) -> None:
-        by_publisher: dict[int, tuple[Publisher, int, list[tuple[PublicationHandle, object]]]] = {}
-        for sid, ticks, value in points:
+        """One callback's measurements, published per publisher and instant (one datagram where they
+        fit, client/publisher.py ``publish_many``), each with its DEVICE_TIME option."""
+        batches: dict[tuple[int, int, int], _Batch] = {}
+        for sid, ticks, value, flags in points:
             self.stats["measurements"] += 1
             handle = self.handles.get(sid)
             if handle is None:
                 self.drops["unknown_signal" if sid not in self.plan else "unregistered"] += 1
                 continue
             ts_ms, exact = mapping.ms_of_ticks(ticks)
-            if not exact:
-                self.stats["sub_ms_timestamp"] += 1
             if ts_ms < 0:
                 self.drops["bad_timestamp"] += 1
                 continue
-            key = id(handle.publisher)
-            entry = by_publisher.get(key)
-            if entry is None or entry[1] != ts_ms:
-                if entry is not None:
-                    self._publish(entry)
-                entry = by_publisher[key] = (handle.publisher, ts_ms, [])
-            entry[2].append((handle, value))
-        for entry in by_publisher.values():
-            self._publish(entry)
-
-    def _publish(self, entry: tuple[Publisher, int, list[tuple[PublicationHandle, object]]]) -> None:
-        pub, ts_ms, items = entry
-        if not items:
-            return
-        try:
-            pub.publish_many(items, ts_ms)
-        except GridStatError:
-            self.drops["publish_failed"] += len(items)
-        else:
-            self.stats["events_published"] += len(items)
+            if not exact:
+                self.stats["sub_ms_timestamp"] += 1
+            stat, fracsec, time_base = mapping.device_time_of_ticks(ticks, flags)
+            if stat:
+                self.stats["flagged"] += 1
+            key = (id(handle.publisher), ticks, stat)
+            batch = batches.get(key)
+            if batch is None:
+                batch = batches[key] = _Batch(handle.publisher, ts_ms, wire.device_time(stat, fracsec, time_base))
+            batch.items.append((handle, value))
+        for batch in batches.values():
+            try:
+                batch.publisher.publish_many(batch.items, batch.ts_ms, options=(batch.option,))
+            except GridStatError:
+                self.drops["publish_failed"] += len(batch.items)
+            else:
+                self.stats["events_published"] += len(batch.items)
 
     # -- registering ------------------------------------------------------------------------------
     async def _register_loop(self) -> None:

@@ -39,14 +39,15 @@ log = logging.getLogger(__name__)
 
 #: Batches waiting for the sending thread at most; one more is dropped (``queue_full``).
 MAX_QUEUED_BATCHES = 1024
-#: (signal ID, ticks, value): one measurement as the wrapper passes it.
-Point = tuple[uuid.UUID, int, float]
+#: (signal ID, ticks, value, state flags): one measurement as the wrapper passes it.
+Point = tuple[uuid.UUID, int, float, int]
 
 
 def load() -> dict[str, ModuleType]:
     """The sttpapi modules used, or ValidationError naming what to install."""
     names = {"dataset": "sttp.data.dataset", "measurement": "sttp.transport.measurement",
              "datapublisher": "sttp.transport.datapublisher", "connection": "sttp.transport.subscriberconnection",
+             "constants": "sttp.transport.constants",
              "subscriber": "sttp.subscriber", "config": "sttp.config", "settings": "sttp.settings"}
     try:
         return {k: import_module(v) for k, v in names.items()}
@@ -126,6 +127,7 @@ class ServingPublisher:
     def __init__(self, variables: Sequence[mapping.ServedVariable], *, max_connections: int = 64) -> None:
         mods = load()
         self._measurement_class = mods["measurement"].Measurement
+        self._state_flags = mods["constants"].StateFlags
         self._served = {p.signal_id: v for v in variables for p in v.points}
         #: Counts by reason, written by the library's threads (Counter updates are atomic enough for counts).
         self.drops: Counter[str] = Counter()
@@ -172,16 +174,18 @@ class ServingPublisher:
 
     def _send_loop(self) -> None:
         make = self._measurement_class
+        state = self._state_flags
         while True:
             batch = self._queue.get()
             if batch is None:
                 return
             out = []
-            for sid, ticks, value in batch:
+            for sid, ticks, value, flags in batch:
                 m = make()
                 m.signalid = sid
                 m.timestamp = _uint64(ticks)
                 m.value = _float64(value)
+                m.flags = state(flags)
                 out.append(m)
             try:
                 self.publisher.publish_measurements(out)
@@ -393,7 +397,7 @@ class SourceSubscriber:
         self._on_metadata(records)
 
     def _measurements(self, measurements: list[Any]) -> None:
-        self._on_measurements([(m.signalid, int(m.timestamp), float(m.value)) for m in measurements])
+        self._on_measurements([(m.signalid, int(m.timestamp), float(m.value), int(m.flags)) for m in measurements])
 
     def stop(self) -> None:
         self._stopping = True  # the connect attempt it cancels is no failure to report

@@ -10,8 +10,11 @@ decides, and are tested without a socket.
   the ``signal`` attribute (docs/queries.md), its device the ``station`` attribute or the publisher.
 * **Republishing** (``gridstat sttp-gateway``): a measurement of an STTP publisher's metadata becomes
   a float variable ``<device>/<point tag>``, with the metadata kept as attributes.
-* **Time**: STTP timestamps are ticks (100 ns since 0001-01-01 UTC); GridStat's are milliseconds
-  since the Unix epoch (README, "Clocks").
+* **Time and quality**: STTP timestamps are ticks (100 ns since 0001-01-01 UTC); GridStat's are
+  milliseconds since the Unix epoch (README, "Clocks"), with STAT and the device's own fraction of a
+  second in the DEVICE_TIME option (docs/wire-format.md 3.5): the republishing gateway keeps an STTP
+  tick there exactly, and the state flags STAT can hold. The server sends whole milliseconds and no
+  flags (docs/sttp.md, "Values and timestamps", on why).
 * **Throttling**: an STTP subscriber's ``throttled=true;publishInterval=S`` is a subscription
   interval, filtered with GridStat's own rule (dissertation 4.2.1, ``core/filtering.py``).
 """
@@ -35,6 +38,16 @@ SIGNAL_NAMESPACE = uuid.UUID("6f1d3c2e-8a47-5b0e-9c61-2b7d4e9a0f35")
 #: Ticks (100 ns) from 0001-01-01 to 1970-01-01 UTC: .NET's ``DateTime`` epoch, which STTP uses.
 UNIX_EPOCH_TICKS = 621_355_968_000_000_000
 TICKS_PER_MS = 10_000
+#: Ticks a second: the TIME_BASE of the DEVICE_TIME option the republishing gateway adds, so that a
+#: measurement's time survives whole (docs/wire-format.md 3.5; TIME_BASE is 24 bits, 10^7 fits).
+TICKS_PER_S = 10_000_000
+
+#: STTP measurement state flags (IEEE 2664; sttp.transport.constants.StateFlags) the republishing
+#: gateway carries into C37.118 STAT (Table 6): bad data as a data error, bad time as sync lost.
+BADDATA = 0x1
+BADTIME = 0x10000
+STAT_DATA_ERROR_NO_INFO = 0x4000
+STAT_SYNC_LOST = 0x2000
 
 #: Signal type acronyms of openPDC's SignalType table (STTP ActiveMeasurements.SignalType).
 SIGNAL_TYPES = frozenset({"FREQ", "DFDT", "VPHM", "VPHA", "IPHM", "IPHA", "ALOG", "DIGI", "CALC", "STAT",
@@ -64,6 +77,25 @@ def ms_of_ticks(ticks: int) -> tuple[int, bool]:
     """STTP ticks as a GridStat timestamp, and whether it was exact (no sub-millisecond part cut off)."""
     ms, rest = divmod(int(ticks) - UNIX_EPOCH_TICKS, TICKS_PER_MS)
     return ms, rest == 0
+
+
+def device_time_of_ticks(ticks: int, flags: int) -> tuple[int, int, int]:
+    """``(stat, fracsec, time_base)`` of the DEVICE_TIME option for an STTP measurement's time and
+    flags: the ticks within the second on a TIME_BASE of 10^7 (exact), time quality 0."""
+    sub = (int(ticks) - UNIX_EPOCH_TICKS) % TICKS_PER_S
+    return stat_of_state_flags(flags), sub, TICKS_PER_S
+
+
+def stat_of_state_flags(flags: int) -> int:
+    """The STAT word of an STTP measurement's state flags (C37.118.2 Table 6): BADDATA is "error, no
+    information about data" (bits 15-14 = 01), BADTIME is sync lost (bit 13); the other flags have no
+    place in STAT and are not carried."""
+    stat = 0
+    if int(flags) & BADDATA:
+        stat |= STAT_DATA_ERROR_NO_INFO
+    if int(flags) & BADTIME:
+        stat |= STAT_SYNC_LOST
+    return stat
 
 
 # -- serving: variables -> measurements ---------------------------------------------------------

@@ -211,9 +211,12 @@ class SttpServer:
         if values is None:
             self.drops["bad_value"] += 1
             return
+        # Whole milliseconds and no state flags: sttpapi's TSSC codec, every STTP subscriber's default,
+        # drifts on sub-millisecond time steps and loses its place when a flag changes (docs/sttp.md,
+        # "Values and timestamps").
         ticks = mapping.ticks_of_ms(holder.timestamp_ms)
         self.events += 1
-        if publisher.offer([(p.signal_id, ticks, v) for p, v in zip(served.points, values, strict=True)]):
+        if publisher.offer([(p.signal_id, ticks, v, 0) for p, v in zip(served.points, values, strict=True)]):
             self.measurements += len(values)
 
     # -- reporting ----------------------------------------------------------------------------------

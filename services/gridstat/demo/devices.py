@@ -52,7 +52,8 @@ class DeviceEndpoint:
         self.gateway = PmuGateway(
             GatewayOptions("127.0.0.1", self.server.port, self.edge_control, self.idcode, retry_initial_s=0.2,
                            retry_max_s=2.0, healthy_after_s=5.0),
-            tls=self.tls, only=frozenset(v.full_name for v in self.spec.variables))
+            tls=self.tls, only=frozenset(v.full_name for v in self.spec.variables),
+            attributes=self.spec.attributes)  # its station's (docs/topology.md, "Stations")
         self._task = create_guarded_task(self.gateway.run(self._stop), name=f"pmu-gateway-{self.spec.name}")
         loop = asyncio.get_running_loop()
         deadline = loop.time() + REGISTER_TIMEOUT_S

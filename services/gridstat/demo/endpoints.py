@@ -194,7 +194,7 @@ class PublisherEndpoint:
         self.publisher = await Publisher.connect(self.spec.name, self.edge_control, tls=self.tls)
         for v in self.spec.variables:
             self.handles[v.full_name] = await self.publisher.register(
-                v.name, v.type_spec, v.interval_ms, priority=v.priority)
+                v.name, v.type_spec, v.interval_ms, priority=v.priority, attributes=self.spec.attributes or None)
 
     def start_sending(self, wanted: set[str]) -> int:
         """Send the variables in ``wanted``; returns how many."""

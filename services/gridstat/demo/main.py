@@ -64,7 +64,7 @@ from gridstat.demo.localtls import leaf_broker_identity
 from gridstat.demo.processes import BrokerProcess, RouterProcess, StartupError, parent_role_available
 from gridstat.demo.supervision import Supervisor
 from gridstat.demo.telemetry import DemoTelemetry, archive_names
-from gridstat.demo.topology import Topology, load_topology
+from gridstat.demo.topology import Broker, Topology, load_topology
 from gridstat.demo.view import BrokerRow, RouterRow, Snapshot, SubRow, plain_lines, rich_view
 from gridstat.errors import GridStatError, ValidationError
 from gridstat.v1 import broker_pb2 as bpb
@@ -141,6 +141,25 @@ def run(args: argparse.Namespace) -> int:
             telemetry.stop_kafka()
 
 
+def station_lines(t: Topology) -> list[str]:
+    """The stations of the file in a few lines: how many by region, voltage level and owner
+    (``gridstat topology stations FILE`` lists each one)."""
+    if not t.stations:
+        return []
+
+    def tally(values: list[str]) -> str:
+        counts: dict[str, int] = {}
+        for v in values:
+            counts[v or "-"] = counts.get(v or "-", 0) + 1
+        return ",".join(f"{k}={n}" for k, n in sorted(counts.items()))
+
+    routers = len({s.router for s in t.stations})
+    kv = [s.attributes.get("voltage_kv", "") for s in t.stations]
+    return [f"  stations count={len(t.stations)} routers={routers} regions={tally([s.region for s in t.stations])} "
+            f"voltage_kv={tally(kv)} owners={tally([s.owner for s in t.stations])} "
+            f"(each one: gridstat topology stations {t.source})"]
+
+
 def check_client_names(names: list[str]) -> None:
     """A client's name is its certificate's identity (the broker binds the two), so it must hold no
     role: a publisher called ``broker-A`` would get a certificate that changes cloud A's routers."""
@@ -175,7 +194,9 @@ class Runner:
         self._own_state_dir = not state_dir
         self.state_dir = Path(state_dir) if state_dir else Path(tempfile.mkdtemp(prefix="gridstat-up-state-"))
         self.with_parent = parent_role_available() if with_parent is None else with_parent
+        #: The root parent broker (None: leaves only) and every parent broker, parents before children.
         self.parent: BrokerProcess | None = None
+        self.parents: dict[str, BrokerProcess] = {}
         self.leaves: dict[str, BrokerProcess] = {}
         self.routers: dict[str, RouterProcess] = {}
         self.subscriptions: list[SubscriptionEndpoint] = []
@@ -188,7 +209,7 @@ class Runner:
 
     @property
     def brokers(self) -> list[BrokerProcess]:
-        return ([self.parent] if self.parent is not None else []) + list(self.leaves.values())
+        return list(self.parents.values()) + list(self.leaves.values())
 
     def say(self, text: str) -> None:
         print(text, flush=True)
@@ -252,6 +273,8 @@ class Runner:
         self.say(f"gridstat up: {t.source}: {len(t.clouds)} clouds, {len(t.routers)} routers, "
                  f"{len(t.publishers)} publishers, {len(t.subscriptions)} subscriptions; "
                  f"variant {self.variant}; logs in {self.log_dir}; broker state in {self.state_dir}")
+        for line in station_lines(t):
+            self.say(line)
         if not self.insecure:
             self._prepare_certs()
         if not await self._start_brokers() or not await self._start_routers():
@@ -283,7 +306,8 @@ class Runner:
                 if isinstance(pe, DeviceEndpoint) and pe.spec.device is not None:
                     feed = (f" fed=c37118 device=127.0.0.1:{pe.server.port} idcode={pe.idcode} "
                             f"frames_per_s={pe.spec.device.frames_per_s}")
-                self.say(f"  publisher name={pe.spec.name} edge={pe.spec.edge} id={pe.publisher.publisher_id} "
+                at = f" station={pe.spec.station.name}" if pe.spec.station is not None else ""
+                self.say(f"  publisher name={pe.spec.name} edge={pe.spec.edge}{at} id={pe.publisher.publisher_id} "
                          f"signed={'yes' if pe.publisher.key else 'no'}{feed} variables={variables}")
         for s in t.subscriptions:
             ep = SubscriptionEndpoint(s, t.variable(s.variable), self.routers[s.edge].control_address,
@@ -370,24 +394,41 @@ class Runner:
     async def _start_brokers(self) -> bool:
         t = self.topology
         if self.with_parent:
-            self.parent = BrokerProcess(PARENT_NAME, "parent", self._state_file(PARENT_NAME),
-                                        self.log_dir / f"broker-{PARENT_NAME}.log", clouds=t.clouds,
-                                        certs=self.certs)
-            await self._until_stopped(self.parent.start())
-            if self.stop_event.is_set():
-                return False
-        parent = self.parent.address if self.parent is not None else ""
+            # The file's tree (docs/topology.md, "Broker hierarchy"), else one parent over every leaf;
+            # level by level from the root, each started with --parent pointing at its own parent.
+            tree = t.brokers or (Broker(PARENT_NAME, None),)
+            for depth in sorted({t.broker_depth(b.name) for b in tree}):
+                level = [spec for spec in tree if t.broker_depth(spec.name) == depth]
+                for spec in level:
+                    up = self.parents[spec.parent].address if spec.parent is not None else ""
+                    self.parents[spec.name] = BrokerProcess(
+                        spec.name, "parent", self._state_file(spec.name), self.log_dir / f"broker-{spec.name}.log",
+                        parent=up, clouds=t.clouds if spec.parent is None else (), certs=self.certs)
+                await self._until_stopped(asyncio.gather(*(self.parents[spec.name].start() for spec in level)))
+                if self.stop_event.is_set():
+                    return False
+            self.parent = self.parents[tree[0].name]
         for k, cloud in enumerate(t.clouds):
+            above = self.parents.get(t.cloud_brokers.get(cloud, "")) or self.parent
             self.leaves[cloud] = BrokerProcess(cloud, "leaf", self._state_file(cloud),
                                                self.log_dir / f"broker-{cloud}.log",
-                                               variable_id_base=VARIABLE_BLOCK * (k + 1), parent=parent,
-                                               certs=self.certs)
+                                               variable_id_base=VARIABLE_BLOCK * (k + 1),
+                                               parent=above.address if above is not None else "", certs=self.certs)
         await self._until_stopped(asyncio.gather(*(b.start() for b in self.leaves.values())))
         if self.stop_event.is_set():
             return False
         for b in self.brokers:
             self.say(f"  broker name={b.name} role={b.role} pid={b.pid} port={b.port}")
+        if self.parent is not None:
+            self.say(f"  hierarchy {self._tree(self.parent.name)}")
         return True
+
+    def _tree(self, name: str) -> str:
+        """The broker tree below ``name``: ``root(west(A,B),east(C))``."""
+        t = self.topology
+        kids = [b.name for b in t.brokers if b.parent == name]
+        kids += [c for c in t.clouds if t.cloud_brokers.get(c, self.parent.name if self.parent else "") == name]
+        return f"{name}({','.join(self._tree(k) for k in kids)})" if kids else name
 
     def _state_file(self, name: str) -> Path:
         path = self.state_dir / f"{name}.sqlite"
@@ -443,10 +484,21 @@ class Runner:
         self.say(f"  registered {len(t.routers)} routers and {total} links with the brokers over gRPC")
 
     async def _register_children(self) -> None:
+        """``AddChildBroker`` from the bottom up: each leaf at its parent, then each parent broker at its
+        own, deepest first, so that a parent reads its children's clouds when it is added above."""
+        t = self.topology
         assert self.parent is not None
         for cloud, leaf in self.leaves.items():
-            await self.parent.call(f"AddChildBroker {cloud}", "AddChildBroker", bpb.AddChildBrokerRequest(
+            above = self.parents.get(t.cloud_brokers.get(cloud, "")) or self.parent
+            await above.call(f"AddChildBroker {cloud}", "AddChildBroker", bpb.AddChildBrokerRequest(
                 child=bpb.ChildBroker(name=cloud, address=leaf.address, leaf=True)),
+                ok_codes=(grpc.StatusCode.ALREADY_EXISTS,))
+        for spec in sorted(t.brokers, key=lambda x: -t.broker_depth(x.name)):
+            if spec.parent is None:
+                continue
+            await self.parents[spec.parent].call(
+                f"AddChildBroker {spec.name}", "AddChildBroker", bpb.AddChildBrokerRequest(child=bpb.ChildBroker(
+                    name=spec.name, address=self.parents[spec.name].address, leaf=False)),
                 ok_codes=(grpc.StatusCode.ALREADY_EXISTS,))
 
     async def _wait_routers_up(self) -> None:

@@ -191,7 +191,8 @@ class ChildProcess(abc.ABC):
 
 
 class BrokerProcess(ChildProcess):
-    """A QoS broker: a cloud's leaf (``--variable-id-base``, optional ``--parent``) or the parent."""
+    """A QoS broker: a cloud's leaf (``--variable-id-base``, optional ``--parent``) or a parent (``--parent``
+    unless it is the root)."""
 
     what = "broker"
 
@@ -219,7 +220,9 @@ class BrokerProcess(ChildProcess):
         ca = str(self.certs.ca) if self.certs is not None else ""
         if self.role == "parent":
             cmd += ["--role", "parent"]
-            if ca:  # its certificate is "parent"; it calls the leaves (children) with it
+            if self.parent:  # a parent broker under another one (a hierarchy of any depth)
+                cmd += ["--parent", self.parent]
+            if ca:  # its certificate is "parent"; it calls its children and its own parent with it
                 cmd += [*self.tls_flags("parent"), "--peer-tls-ca", ca, "--channel-auth", "routers"]
         else:
             cmd += ["--variable-id-base", str(self.variable_id_base)]

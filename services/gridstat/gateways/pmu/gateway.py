@@ -14,6 +14,7 @@ import contextlib
 import logging
 import socket
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gridstat.core.aio import cancelled
@@ -72,14 +73,15 @@ class PmuGateway:
     """A C37.118 device's channels published as GridStat status variables."""
 
     def __init__(self, options: GatewayOptions, *, names: NameMap | None = None, tls: TlsFiles | None = None,
-                 policy: ReconnectPolicy | None = None, only: frozenset[str] | None = None) -> None:
+                 policy: ReconnectPolicy | None = None, only: frozenset[str] | None = None,
+                 attributes: Mapping[str, str] | None = None) -> None:
         self.options = options
         self.stats = GatewayStats()
         self.session = GatewaySession(options.settings(), names=names, stats=self.stats)
         self.policy = policy or ReconnectPolicy(initial_s=options.retry_initial_s, max_s=options.retry_max_s,
                                                 healthy_after_s=options.healthy_after_s)
         self.publishers = StationPublishers(options.edge, stats=self.stats, tls=tls, priority=options.priority,
-                                            timeout_s=options.edge_timeout_s, only=only)
+                                            timeout_s=options.edge_timeout_s, only=only, attributes=attributes)
         self.connection: DeviceConnection | None = None
         self.udp: DatagramReceiver | None = None
         #: The UDP port bound (with ``data="udp"``), once running.

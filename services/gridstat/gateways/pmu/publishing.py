@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 
 from gridstat.client import EdgeSession, EventBlock, PublicationHandle, Publisher
 from gridstat.core.model import PRIORITY_HIGH
@@ -39,8 +40,11 @@ class StationPublishers:
 
     def __init__(self, edge: str, *, stats: GatewayStats, tls: TlsFiles | None = None,
                  priority: int = PRIORITY_HIGH, timeout_s: float = 10.0, retry_max_s: float = 10.0,
-                 only: frozenset[str] | None = None) -> None:
+                 only: frozenset[str] | None = None, attributes: Mapping[str, str] | None = None) -> None:
         self.edge = edge
+        #: Attributes added to every variable's own (over them): what the device's configuration does not
+        #: say, e.g. the station's region and voltage level from a topology file (docs/topology.md, "Stations").
+        self.attributes = dict(attributes or {})
         #: Publish only these ``publisher/variable`` names (None: every channel); the others are
         #: neither registered nor sent, as if the device did not have them.
         self.only = only
@@ -195,7 +199,7 @@ class StationPublishers:
             self.publishers[spec.publisher] = pub
             self.stats.publishers = len(self.publishers)
         handle = await pub.register(spec.variable, spec.type, spec.interval_ms, frames_per_s=spec.frames_per_s,
-                                    attributes=spec.attributes_dict, priority=self.priority)
+                                    attributes={**spec.attributes_dict, **self.attributes}, priority=self.priority)
         self._handles[spec.full_name] = handle
         self._version += 1
         self._registered[spec.full_name] = spec

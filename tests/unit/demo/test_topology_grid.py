@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import json
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -139,3 +141,21 @@ def test_a_station_attaches_to_an_edge_router() -> None:
     text = text.replace("{name: MIDWAY, router: eC,", "{name: MIDWAY, router: iB,")
     assert error_of(text) == ("g.yaml:16: stations[1].router: 'iB' is an internal router; stations attach to "
                               "edge or edge-border routers")
+
+
+def test_gridstat_topology_stations_lists_a_files_stations_by_where_expression(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from gridstat.cli.main import main
+
+    path = tmp_path / "g.yaml"
+    path.write_text(GRID)
+    assert main(["topology", "stations", str(path), "--where", "region = 'west' and voltage_kv >= 345",
+                 "-o", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [(s["station"], s["publishers"]) for s in data["stations"]] == [("GRIZZLY", ["pmu"])]
+    assert data["stations"][0]["latitude"] == "45.1"
+    assert main(["topology", "stations", str(path), "-o", "json"]) == 0
+    assert [s["station"] for s in json.loads(capsys.readouterr().out)["stations"]] == ["GRIZZLY", "MIDWAY"]
+    path.write_text(GRID.replace("voltage_kv: 500", "voltage_kv: high"))
+    assert main(["topology", "stations", str(path)]) == 2
+    assert "g.yaml:13: stations[0].voltage_kv: expected a number" in capsys.readouterr().err

@@ -8,12 +8,17 @@ Given ``TOPOLOGY.yaml`` it runs that instead.
 What runs where (every child with ``--exit-with-parent``):
 
 * one leaf QoS broker per cloud (``gridstat broker``, its own SQLite state, its
-  own variable-id block) and, when this build has the role, one parent broker
-  above them (``--role parent``; the leaves get ``--parent``);
+  own variable-id block) and, when this build has the role, the parent brokers
+  above them (``--role parent``): the file's ``brokers`` tree of any depth,
+  started level by level from the root with ``--parent`` pointing up, or one
+  parent over every leaf (docs/topology.md, "brokers"); the leaves get
+  ``--parent`` (their cloud's ``broker``);
 * every status router (``gridstat router ... --port 0``); edge routers get
   ``--broker`` (their cloud's leaf) and proxy their clients' commands to it;
 * the topology is registered over gRPC: ``AddRouter`` and ``AddChannel`` at each
-  leaf, ``AddChildBroker`` and ``AddInterCloudChannel`` at the parent;
+  leaf, ``AddChildBroker`` at each parent broker (bottom up) and
+  ``AddInterCloudChannel`` at the root (it hands a channel down to its clouds'
+  lowest common ancestor);
 * publishers and subscribers (client SDK) run inside this process on asyncio and
   talk only to their edge router (``Publisher.connect`` / ``register``,
   ``Subscriber.connect`` / ``subscribe_remote``): the brokers admit, plan paths

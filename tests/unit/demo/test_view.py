@@ -80,5 +80,6 @@ def test_value_functions_match_types() -> None:
 
 def test_docs_show_the_default_topology_verbatim() -> None:
     docs = DOCS.read_text()
-    block = docs.split("```yaml\n", 1)[1].split("```", 1)[0]
+    section = docs.split("\n## The built-in topology\n", 1)[1]
+    block = section.split("```yaml\n", 1)[1].split("```", 1)[0]
     assert block == DEFAULT_TOPOLOGY_PATH.read_text()

@@ -142,6 +142,7 @@ class LeafBrokerCollector(_BrokerBase):
         routers.add_metric([name, "up"], float(len(st.endpoints) - down))
         routers.add_metric([name, "down"], float(down))
         yield routers
+        yield _variable_info(name, st.registry)
         yield _one(_gauge("gridstat_broker_mode", "Current operating mode of the cloud", ["broker"]), [name],
                    float(getattr(b, "current_mode", 0)))
         yield _one(_gauge("gridstat_broker_mode_changing", "1 while a mode change runs", ["broker"]), [name],
@@ -170,6 +171,21 @@ class LeafBrokerCollector(_BrokerBase):
             yield busy
             yield _one(_gauge("gridstat_broker_admissions_in_flight", "Admissions the broker is working on",
                               ["broker"]), [name], float(gate.in_flight))
+
+
+#: The attributes ``gridstat_variable_info`` carries as labels: where a variable is (a topology file's
+#: station, docs/topology.md) and what it measures (the C37.118 gateway's ``signal``), for map panels
+#: and joins on ``variable``; a variable without one has it empty.
+VARIABLE_INFO_ATTRIBUTES = ("station", "region", "owner", "voltage_kv", "latitude", "longitude", "signal")
+
+
+def _variable_info(name: str, registry: Any) -> Metric:
+    info = _gauge("gridstat_variable_info", "A registered status variable (always 1), with where it is and what it "
+                  "measures (docs/telemetry.md)", ["broker", "variable", *VARIABLE_INFO_ATTRIBUTES])
+    for var in registry:
+        attrs = var.attributes
+        info.add_metric([name, str(var.full_name), *(str(attrs.get(a, "")) for a in VARIABLE_INFO_ATTRIBUTES)], 1)
+    return info
 
 
 class ParentBrokerCollector(_BrokerBase):

@@ -37,3 +37,25 @@ def test_a_publisher_exports_what_it_sent_dropped_and_skipped() -> None:
     samples = {s.name: s.value for family in PublisherCollector(pub).collect() for s in family.samples}
     assert samples["gridstat_publisher_instants_skipped_total"] == 3
     assert samples["gridstat_publisher_events_published_total"] == 0  # encoded, never sent
+
+
+def test_every_registered_variable_is_one_info_series_with_where_it_is(tmp_path: Path) -> None:
+    """``gridstat_variable_info`` (docs/telemetry.md): a station's attributes as labels, empty when absent."""
+    from gridstat.core.model import FLOAT
+
+    broker = LeafBroker("A", BrokerStore(str(tmp_path / "A.sqlite")))
+    try:
+        registry = broker.state.registry
+        registry.register("pmu1", "freq", FLOAT, interval_ms=20, attributes={
+            "station": "MIDWAY", "region": "west", "voltage_kv": "500", "latitude": "35.1", "longitude": "-119.2",
+            "signal": "FREQ", "units": "Hz"})
+        registry.register("pmu2", "freq", FLOAT, interval_ms=20)
+        (family,) = [f for f in LeafBrokerCollector(broker).collect() if f.name == "gridstat_variable_info"]
+        labels = {s.labels["variable"]: s.labels for s in family.samples}
+        assert set(labels) == {"pmu1/freq", "pmu2/freq"} and all(s.value == 1 for s in family.samples)
+        assert labels["pmu1/freq"] == {"broker": "A", "variable": "pmu1/freq", "station": "MIDWAY", "region": "west",
+                                       "owner": "", "voltage_kv": "500", "latitude": "35.1", "longitude": "-119.2",
+                                       "signal": "FREQ"}
+        assert labels["pmu2/freq"]["station"] == "" and "units" not in labels["pmu2/freq"]
+    finally:
+        broker.store.close()

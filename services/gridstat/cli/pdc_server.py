@@ -26,9 +26,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gridstat.cli.common import EXIT_OK
 from gridstat.cli.subscribe import POD_IP_ENV
-from gridstat.cli.traffic import GiveUp, Runner, add_client_arguments, check_common, check_edge, tls_files
+from gridstat.cli.traffic import Runner, add_client_arguments, check_common, check_edge, listening, tls_files
 from gridstat.core import clock, serving
 from gridstat.core.model import BOOL, FLOAT, INT, TypeSpec, split_variable_name
 from gridstat.errors import ValidationError
@@ -156,21 +155,14 @@ class PdcServerApp:
         self.args = args
         self.options = options
         self.runner = Runner("pdc-server", args)
-        self.server: PdcServer | None = None
 
     async def _attempt(self) -> PdcServer:
         server = PdcServer(self.options)
-        try:
-            await server.start()
-        except OSError as exc:  # binding the listener
-            host, port = self.options.listen
-            raise ValidationError(f"--listen {host}:{port}: cannot listen: {exc.strerror or exc}",
-                                  field="listen") from None
+        await listening(server.start, self.options.listen)
         return server
 
-    def stats(self, *, final: bool) -> tuple[dict[str, Any], str]:
-        server = self.server
-        s = server.stats() if server is not None else {}
+    def stats(self, server: PdcServer, final: bool) -> tuple[dict[str, Any], str]:
+        s = server.stats()
         data = {"kind": "pdc-server", "name": self.args.name, "final": final, "ts_ms": clock.now_ms(),
                 "uptime_s": round(time.monotonic() - self.runner.started, 3), **s}
         drops = " ".join(f"{k}={v}" for k, v in sorted(s.get("drops", {}).items())) or "none"
@@ -180,33 +172,17 @@ class PdcServerApp:
                 f"events_late={s.get('events_late', 0)} drops: {drops}")
         return data, text
 
-    async def run(self) -> int:
-        runner = self.runner
-        runner.install()
-        try:
-            server = await runner.connect(self._attempt, what=f"subscribing through edge router {self.args.edge}")
-        except GiveUp as exc:
-            return exc.exit_code
-        if server is None:
-            return EXIT_OK
-        self.server = server
+    def ready(self, server: PdcServer) -> str:
         stream = server.stream
         assert stream is not None
         host = self.options.listen[0]
-        runner.line(f"READY name={self.args.name} listen={host}:{server.port} idcode={self.options.idcode} "
-                    f"stations={len(stream.config.blocks)} variables={len(stream.config.channels)} "
-                    f"frames_per_s={self.options.frames_per_s} udp_port={server.udp_port or '-'}")
-        try:
-            period = self.args.stats_every_s
-            while not runner.stop.is_set():
-                if await runner.sleep(period if period > 0 else 3600.0):
-                    break
-                if period > 0:
-                    runner.emit(*self.stats(final=False))
-        finally:
-            runner.emit(*self.stats(final=True))
-            await server.stop()
-        return EXIT_OK
+        return (f"READY name={self.args.name} listen={host}:{server.port} idcode={self.options.idcode} "
+                f"stations={len(stream.config.blocks)} variables={len(stream.config.channels)} "
+                f"frames_per_s={self.options.frames_per_s} udp_port={server.udp_port or '-'}")
+
+    async def run(self) -> int:
+        return await self.runner.serve(self._attempt, what=f"subscribing through edge router {self.args.edge}",
+                                       ready=self.ready, stats=self.stats, stop=PdcServer.stop)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -23,10 +23,9 @@ import os
 import time
 from typing import Any
 
-from gridstat.cli.common import EXIT_OK
 from gridstat.cli.pdc_server import parse_host_port, parse_variables
 from gridstat.cli.subscribe import POD_IP_ENV
-from gridstat.cli.traffic import GiveUp, Runner, add_client_arguments, check_common, check_positive, tls_files
+from gridstat.cli.traffic import Runner, add_client_arguments, check_common, check_positive, listening, tls_files
 from gridstat.core import clock, expressions, serving
 from gridstat.errors import ValidationError
 from gridstat.gateways.sttp import SttpServer, SttpServerOptions
@@ -87,21 +86,14 @@ class SttpServerApp:
         self.args = args
         self.options = options
         self.runner = Runner("sttp-server", args)
-        self.server: SttpServer | None = None
 
     async def _attempt(self) -> SttpServer:
         server = SttpServer(self.options)
-        try:
-            await server.start()
-        except OSError as exc:  # binding the listener
-            host, port = self.options.listen
-            raise ValidationError(f"--listen {host}:{port}: cannot listen: {exc.strerror or exc}",
-                                  field="listen") from None
+        await listening(server.start, self.options.listen)
         return server
 
-    def stats(self, *, final: bool) -> tuple[dict[str, Any], str]:
-        server = self.server
-        s = server.stats() if server is not None else {}
+    def stats(self, server: SttpServer, final: bool) -> tuple[dict[str, Any], str]:
+        s = server.stats()
         data = {"kind": "sttp-server", "name": self.args.name, "final": final, "ts_ms": clock.now_ms(),
                 "uptime_s": round(time.monotonic() - self.runner.started, 3), **s}
         drops = " ".join(f"{k}={v}" for k, v in sorted(s.get("drops", {}).items())) or "none"
@@ -110,30 +102,14 @@ class SttpServerApp:
                 f"measurements={s.get('measurements', 0)} drops: {drops}")
         return data, text
 
-    async def run(self) -> int:
-        runner = self.runner
-        runner.install()
-        try:
-            server = await runner.connect(self._attempt, what=f"subscribing through edge router {self.args.edge}")
-        except GiveUp as exc:
-            return exc.exit_code
-        if server is None:
-            return EXIT_OK
-        self.server = server
+    def ready(self, server: SttpServer) -> str:
         host = self.options.listen[0]
-        runner.line(f"READY name={self.args.name} listen={host}:{server.port} variables={len(server.served)} "
-                    f"measurements={server.measurement_count} unserved={len(server.unserved)}")
-        try:
-            period = self.args.stats_every_s
-            while not runner.stop.is_set():
-                if await runner.sleep(period if period > 0 else 3600.0):
-                    break
-                if period > 0:
-                    runner.emit(*self.stats(final=False))
-        finally:
-            runner.emit(*self.stats(final=True))
-            await server.stop()
-        return EXIT_OK
+        return (f"READY name={self.args.name} listen={host}:{server.port} variables={len(server.served)} "
+                f"measurements={server.measurement_count} unserved={len(server.unserved)}")
+
+    async def run(self) -> int:
+        return await self.runner.serve(self._attempt, what=f"subscribing through edge router {self.args.edge}",
+                                       ready=self.ready, stats=self.stats, stop=SttpServer.stop)
 
 
 def run(args: argparse.Namespace) -> int:

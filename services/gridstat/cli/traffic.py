@@ -27,7 +27,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from gridstat.cli.common import EXIT_CODES_HELP, EXIT_REJECTED, EXIT_UNAVAILABLE, EXIT_USAGE
+from gridstat.cli.common import EXIT_CODES_HELP, EXIT_OK, EXIT_REJECTED, EXIT_UNAVAILABLE, EXIT_USAGE
 from gridstat.client.session import SubscriptionRejected
 from gridstat.core.model import BOOL, FLOAT, INT, TypeSpec, check_name, split_variable_name
 from gridstat.core.tls import TlsFiles
@@ -290,6 +290,41 @@ class Runner:
                     return None
         return None
 
+
+    async def serve(self, attempt: Callable[[], Awaitable[T]], *, what: str, ready: Callable[[T], str],
+                    stats: Callable[[T, bool], tuple[dict[str, Any], str]],
+                    stop: Callable[[T], Awaitable[None]]) -> int:
+        """The frame of a server command (``pdc-server``, ``sttp-server``): start it with :meth:`connect`'s
+        retries, print ``ready(server)``, a stats line every ``--stats-every-s`` (``stats(server, final)``), and
+        on SIGTERM, SIGINT or ``--duration-s`` a final one before ``stop(server)``. Returns the exit code."""
+        self.install()
+        try:
+            server = await self.connect(attempt, what=what)
+        except GiveUp as exc:
+            return exc.exit_code
+        if server is None:
+            return EXIT_OK
+        self.line(ready(server))
+        try:
+            period = self.args.stats_every_s
+            while not self.stop.is_set():
+                if await self.sleep(period if period > 0 else 3600.0):
+                    break
+                if period > 0:
+                    self.emit(*stats(server, False))
+        finally:
+            self.emit(*stats(server, True))
+            await stop(server)
+        return EXIT_OK
+
+
+async def listening(start: Callable[[], Awaitable[T]], listen: tuple[str, int]) -> T:
+    """``start()`` a server; an ``OSError`` (binding ``listen``) becomes a ValidationError naming ``--listen``."""
+    try:
+        return await start()
+    except OSError as exc:
+        host, port = listen
+        raise ValidationError(f"--listen {host}:{port}: cannot listen: {exc.strerror or exc}", field="listen") from None
 
 # -- delivery accounting (pure) -----------------------------------------------------------------------
 def percentile(histogram: dict[int, int], total: int, q: float) -> int | None:

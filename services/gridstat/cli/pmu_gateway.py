@@ -23,12 +23,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import ipaddress
 import time
 from typing import Any
 
 from gridstat.cli.common import EXIT_CODES_HELP, EXIT_OK
-from gridstat.cli.traffic import Runner, check_edge, check_positive, tls_files
+from gridstat.cli.traffic import (
+    Runner,
+    add_edge_client_arguments,
+    check_edge,
+    check_positive,
+    is_loopback_host,
+    tls_files,
+)
 from gridstat.core import clock, serving
 from gridstat.core.model import PRIORITY_LOW, check_name, split_variable_name
 from gridstat.core.tls import TlsFiles
@@ -82,14 +88,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="a connection up this long resets the back-off (default 30)")
     t.add_argument("--timeout", type=float, default=10.0, metavar="S",
                    help="deadline of each call to the edge router (default 10)")
-    g = p.add_argument_group("TLS to the edge router")
-    g.add_argument("--tls-ca", default="", metavar="PEM", help="CA that signed the edge router's certificate: use TLS")
-    g.add_argument("--tls-cert", default="", metavar="PEM", help="client certificate (mutual TLS)")
-    g.add_argument("--tls-key", default="", metavar="PEM", help="private key of --tls-cert")
-    p.add_argument("--output", "-o", choices=("text", "json"), default="text",
-                   help="stats lines as text or one JSON object per line")
-    p.add_argument("--exit-with-parent", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--log-level", default="WARNING", help="log level on stderr (default WARNING)")
+    add_edge_client_arguments(p, log_level_help="log level on stderr (default WARNING)")
 
 
 def parse_device(value: str, *, allow_remote: bool) -> tuple[str, int]:
@@ -101,14 +100,9 @@ def parse_device(value: str, *, allow_remote: bool) -> tuple[str, int]:
     host = host.strip("[]")
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise ValidationError(f"--device {value!r} is not HOST:PORT", field="device")
-    if not allow_remote:
-        try:
-            local = ipaddress.ip_address(host).is_loopback
-        except ValueError:
-            local = host == "localhost"
-        if not local:
-            raise ValidationError(f"--device {value!r} is not on this host: add --allow-remote-device to talk to a "
-                                  f"device on the network", field="device")
+    if not allow_remote and not is_loopback_host(host):
+        raise ValidationError(f"--device {value!r} is not on this host: add --allow-remote-device to talk to a "
+                              f"device on the network", field="device")
     return host, int(port)
 
 
@@ -170,12 +164,7 @@ async def _run(args: argparse.Namespace, options: GatewayOptions, names: NameMap
                 f"{udp} edge={options.edge}")
     task = asyncio.ensure_future(gateway.run(runner.stop))
     try:
-        period = args.stats_every_s
-        while not runner.stop.is_set():
-            if await runner.sleep(period if period > 0 else 3600.0):
-                break
-            if period > 0:
-                runner.emit(*stats(args, runner, gateway, final=False))
+        await runner.report_until_stopped(lambda: stats(args, runner, gateway, final=False))
         await task
     finally:
         runner.stop.set()

@@ -205,12 +205,7 @@ async def _run(args: argparse.Namespace, names: list[str], tls: TlsFiles | None)
     task = asyncio.ensure_future(loop.run(runner.stop))
     follow = asyncio.ensure_future(follow_edge(runner, pub, args.edge))
     try:
-        period = args.stats_every_s
-        while not runner.stop.is_set():
-            if await runner.sleep(period if period > 0 else 3600.0):
-                break
-            if period > 0:
-                runner.emit(*stats(args, runner, pub, loop, full, final=False))
+        await runner.report_until_stopped(lambda: stats(args, runner, pub, loop, full, final=False))
         await task
     finally:
         await cancelled(follow)

@@ -17,12 +17,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import ipaddress
 import time
 from typing import Any
 
 from gridstat.cli.common import EXIT_CODES_HELP, EXIT_OK
-from gridstat.cli.traffic import Runner, check_edge, check_positive, tls_files
+from gridstat.cli.traffic import (
+    Runner,
+    add_edge_client_arguments,
+    check_edge,
+    check_positive,
+    is_loopback_host,
+    tls_files,
+)
 from gridstat.core import clock, serving
 from gridstat.core.model import MAX_FRAMES_PER_S, PRIORITY_LOW, check_name
 from gridstat.errors import ValidationError
@@ -51,14 +57,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="stop after S seconds (default: run until SIGTERM or SIGINT)")
     p.add_argument("--timeout", type=float, default=10.0, metavar="S",
                    help="deadline of each call to the edge router (default 10)")
-    g = p.add_argument_group("TLS to the edge router")
-    g.add_argument("--tls-ca", default="", metavar="PEM", help="CA that signed the edge router's certificate: use TLS")
-    g.add_argument("--tls-cert", default="", metavar="PEM", help="client certificate (mutual TLS)")
-    g.add_argument("--tls-key", default="", metavar="PEM", help="private key of --tls-cert")
-    p.add_argument("--output", "-o", choices=("text", "json"), default="text",
-                   help="stats lines as text or one JSON object per line")
-    p.add_argument("--exit-with-parent", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--log-level", default="WARNING", help="log level on stderr (default WARNING)")
+    add_edge_client_arguments(p, log_level_help="log level on stderr (default WARNING)")
 
 
 def parse_source(value: str, *, allow_remote: bool) -> str:
@@ -67,14 +66,9 @@ def parse_source(value: str, *, allow_remote: bool) -> str:
     host = host.strip("[]")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise ValidationError(f"--source {value!r} is not HOST:PORT", field="source")
-    if not allow_remote:
-        try:
-            local = ipaddress.ip_address(host).is_loopback
-        except ValueError:
-            local = host == "localhost"
-        if not local:
-            raise ValidationError(f"--source {value!r} is beyond loopback: add --allow-remote to mean it",
-                                  field="source")
+    if not allow_remote and not is_loopback_host(host):
+        raise ValidationError(f"--source {value!r} is beyond loopback: add --allow-remote to mean it",
+                              field="source")
     return f"{host}:{int(port)}"
 
 
@@ -118,12 +112,7 @@ async def _run(args: argparse.Namespace, options: SttpGatewayOptions) -> int:
     await gateway.start()
     runner.line(f"READY name={args.name} source={options.source} edge={options.edge}")
     try:
-        period = args.stats_every_s
-        while not runner.stop.is_set():
-            if await runner.sleep(period if period > 0 else 3600.0):
-                break
-            if period > 0:
-                runner.emit(*stats(args, runner, gateway, final=False))
+        await runner.report_until_stopped(lambda: stats(args, runner, gateway, final=False))
     finally:
         runner.emit(*stats(args, runner, gateway, final=True))
         await asyncio.shield(gateway.stop())

@@ -334,12 +334,7 @@ class SubscribeApp:
                     f"variables={len(self.variables)} mode={'admit' if self.args.admit else 'registered'}")
         refresher = create_guarded_task(self._refresher(), name="subscribe-refresh")
         try:
-            period = self.args.stats_every_s
-            while not runner.stop.is_set():
-                if await runner.sleep(period if period > 0 else 3600.0):
-                    break
-                if period > 0:
-                    runner.emit(*self.stats(final=False))
+            await runner.report_until_stopped(lambda: self.stats(final=False))
         finally:
             await cancelled(refresher)
             runner.emit(*self.stats(final=True))

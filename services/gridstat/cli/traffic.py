@@ -73,6 +73,13 @@ def add_client_arguments(p: argparse.ArgumentParser) -> None:
                    help="longest wait between two attempts (default 5)")
     g.add_argument("--timeout", type=float, default=10.0, metavar="S",
                    help="deadline of each call to the edge router (default 10)")
+    add_edge_client_arguments(p)
+
+
+def add_edge_client_arguments(p: argparse.ArgumentParser, *,
+                              log_level_help: str = "log level of the SDK on stderr (default WARNING)") -> None:
+    """TLS to the edge router, ``-o text|json`` stats lines, ``--log-level``: what every long-running
+    client of an edge router has (publish, subscribe, the gateways and servers)."""
     t = p.add_argument_group("TLS to the edge router")
     t.add_argument("--tls-ca", default="", metavar="PEM", help="CA that signed the edge router's certificate: use TLS")
     t.add_argument("--tls-cert", default="", metavar="PEM", help="client certificate (mutual TLS)")
@@ -80,7 +87,15 @@ def add_client_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--output", "-o", choices=("text", "json"), default="text",
                    help="stats lines as text or one JSON object per line")
     p.add_argument("--exit-with-parent", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--log-level", default="WARNING", help="log level of the SDK on stderr (default WARNING)")
+    p.add_argument("--log-level", default="WARNING", help=log_level_help)
+
+
+def is_loopback_host(host: str) -> bool:
+    """A loopback address or ``localhost``: what a client may talk to without ``--allow-remote...``."""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 def check_edge(value: str, flag: str = "--edge") -> str:
@@ -291,6 +306,15 @@ class Runner:
         return None
 
 
+    async def report_until_stopped(self, stats: Callable[[], tuple[dict[str, Any], str]]) -> None:
+        """A stats line (``stats()``) every ``--stats-every-s`` until the stop event; 0: none."""
+        period = self.args.stats_every_s
+        while not self.stop.is_set():
+            if await self.sleep(period if period > 0 else 3600.0):
+                break
+            if period > 0:
+                self.emit(*stats())
+
     async def serve(self, attempt: Callable[[], Awaitable[T]], *, what: str, ready: Callable[[T], str],
                     stats: Callable[[T, bool], tuple[dict[str, Any], str]],
                     stop: Callable[[T], Awaitable[None]]) -> int:
@@ -306,12 +330,7 @@ class Runner:
             return EXIT_OK
         self.line(ready(server))
         try:
-            period = self.args.stats_every_s
-            while not self.stop.is_set():
-                if await self.sleep(period if period > 0 else 3600.0):
-                    break
-                if period > 0:
-                    self.emit(*stats(server, False))
+            await self.report_until_stopped(lambda: stats(server, False))
         finally:
             self.emit(*stats(server, True))
             await stop(server)

@@ -7,6 +7,8 @@ cd "$root"
 "$root/scripts/setup.sh"
 # ip, tc, nft, iptables for the kernel-level chaos scenarios (tests/chaos/test_netns.py); apt-get when missing.
 "$root/scripts/netns-tools.sh"
+# Debian's prometheus and promtool for the live dashboard/alert tests and the rule unit tests; apt-get when missing.
+"$root/scripts/prometheus.sh" >/dev/null
 export PATH="$root/.venv/bin:$PATH"
 echo "== generated gRPC code is fresh"
 scripts/gen-protos.sh --check

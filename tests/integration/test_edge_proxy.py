@@ -37,6 +37,8 @@ class FakeLeafBroker(bpb_grpc.QoSBrokerServicer):  # type: ignore[misc]
     ids: dict[str, int] = field(default_factory=dict)
     pub_interval: dict[str, int] = field(default_factory=dict)
     channel: grpc.aio.Channel | None = None
+    #: Refuse RegisterClient as a real broker refuses a router it has not registered.
+    unknown_edge: bool = False
 
     def control(self) -> Any:
         """The router's control API, as a real leaf broker drives it."""
@@ -48,6 +50,10 @@ class FakeLeafBroker(bpb_grpc.QoSBrokerServicer):  # type: ignore[misc]
     async def RegisterClient(self, request: bpb.RegisterClientRequest, context: Any) -> bpb.RegisterClientReply:
         self.seen.append(("RegisterClient", request))
         assert self.router is not None
+        if self.unknown_edge:
+            context.set_trailing_metadata((("gridstat-reason", "Unauthorized"), ("gridstat-field", "edge_router")))
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED,
+                                f"Unauthorized: {request.edge_router!r} is not an edge router of cloud 'A'")
         publisher = request.kind == bpb.CLIENT_KIND_PUBLISHER
         cid = 100 + len(self.seen)
         ch = rpb.Channel(name=f"{'pub' if publisher else 'sub'}-{request.name}", peer_id=cid,
@@ -187,3 +193,24 @@ async def test_only_an_edge_router_relays_for_clients() -> None:
             assert err.value.code() is grpc.StatusCode.UNIMPLEMENTED
     finally:
         await asyncio.to_thread(r.stop)
+
+
+async def test_an_edge_router_its_broker_does_not_know_yet_answers_retry_not_refused(rig: Rig) -> None:
+    """A router pod started before the topology registered it at its broker (docs/kubernetes.md): the
+    broker's "not an edge router" refusal is then transient, so the proxy answers UNAVAILABLE
+    (EdgeRouterNotReady), which clients retry; once the broker has built the router, the broker's own
+    refusal comes back as it is."""
+    rig.broker.unknown_edge = True
+    async with EdgeSession(rig.edge_control, attempts=1) as s:
+        with pytest.raises(GridStatError) as info:
+            await s.register_publisher("pmu1")
+        assert info.value.retriable and info.value.reason == "EdgeRouterNotReady", info.value
+        assert "edge router edge1 is not ready" in str(info.value) and "not an edge router" in str(info.value)
+        # The broker builds the router (every rebuild ends with the current mode): now it is ready.
+        await rig.broker.control().SetMode(rpb.SetModeRequest(mode=0), timeout=5)
+        with pytest.raises(GridStatError) as info:
+            await s.register_publisher("pmu1")
+        assert not info.value.retriable and info.value.reason == "Unauthorized", info.value
+        rig.broker.unknown_edge = False
+        cid, _ = await s.register_publisher("pmu1")
+        assert cid > 0

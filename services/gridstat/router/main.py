@@ -182,8 +182,8 @@ async def _run(args: argparse.Namespace) -> None:
         raise ValidationError("--healthz-max-age-ms must be positive", field="healthz_max_age_ms")
     grants = access.Grants.parse(args.grant, base=_broker_grants(args.broker_identity))
     broker_tls = _broker_tls(args)
-    proxy = _proxy(args, config, broker_tls)
     router = StatusRouter(config)
+    proxy = _proxy(args, config, broker_tls, router)
     await router.start()
     tel = telemetry.for_router(router, args)  # --kafka / --metrics-port: samples router.stats(), off the data path
     await tel.start()
@@ -246,14 +246,16 @@ def _broker_tls(args: argparse.Namespace) -> TlsFiles | None:
     return TlsFiles(args.broker_tls_cert, args.broker_tls_key, args.broker_tls_ca) if any(broker_tls) else None
 
 
-def _proxy(args: argparse.Namespace, config: RouterConfig, tls: TlsFiles | None) -> EdgeProxyServicer | None:
+def _proxy(args: argparse.Namespace, config: RouterConfig, tls: TlsFiles | None,
+           router: StatusRouter) -> EdgeProxyServicer | None:
     """The EdgeProxy of an edge router started with ``--broker``; None for the other roles (they only
     announce themselves to it) and without it."""
     if not args.broker or not config.role.hosts_clients:
         return None
     if args.broker_deadline_ms <= 0:
         raise ValidationError("--broker-deadline-ms must be positive", field="broker_deadline_ms")
-    return EdgeProxyServicer(config.name, args.broker, tls=tls, deadline_s=args.broker_deadline_ms / 1000)
+    return EdgeProxyServicer(config.name, args.broker, tls=tls, deadline_s=args.broker_deadline_ms / 1000,
+                             readiness=router.readiness)
 
 
 def run(args: argparse.Namespace) -> int:

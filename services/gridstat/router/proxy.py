@@ -8,7 +8,10 @@ deadline; gRPC's retry policy (``core.rpc.retry_options``) retries UNAVAILABLE w
 backoff and jitter within it; the broker's errors come back unchanged: status code, details and the
 ``gridstat-*`` trailing metadata, with the pushback that stops the client's own retries
 (``core.rpc.NO_RETRY``: an answer is not retried twice). A broker that
-cannot be reached comes back as UNAVAILABLE with reason ``BrokerUnavailable``; the data plane
+cannot be reached comes back as UNAVAILABLE with reason ``BrokerUnavailable``. An edge router that
+its broker has not registered and built yet (a pod started before the topology registered it,
+docs/kubernetes.md) answers UNAVAILABLE with reason ``EdgeRouterNotReady`` instead of the broker's
+"not an edge router" refusal: a client retries that, as it retries an unreachable broker. The data plane
 never waits on any of this (the relay is a coroutine on the router's loop, nothing more).
 """
 
@@ -34,6 +37,7 @@ REASON_KEY = rpc.REASON_KEY
 FIELD_KEY = rpc.FIELD_KEY
 BROKER_UNAVAILABLE = "BrokerUnavailable"
 BROKER_TIMEOUT = "BrokerTimeout"
+EDGE_ROUTER_NOT_READY = "EdgeRouterNotReady"
 
 DEFAULT_DEADLINE_S = 5.0
 DEFAULT_ATTEMPTS = 3
@@ -69,7 +73,8 @@ class EdgeProxyServicer(epb_grpc.EdgeProxyServicer):
 
     def __init__(self, router_name: str, broker_address: str, *, tls: TlsFiles | None = None,
                  deadline_s: float = DEFAULT_DEADLINE_S, attempts: int = DEFAULT_ATTEMPTS,
-                 backoff_base_s: float = DEFAULT_BACKOFF_BASE_S) -> None:
+                 backoff_base_s: float = DEFAULT_BACKOFF_BASE_S,
+                 readiness: Callable[[], tuple[bool, str]] | None = None) -> None:
         if not broker_address or ":" not in broker_address:
             raise ValidationError(f"broker address {broker_address!r} must be HOST:PORT", field="broker")
         if attempts < 1:
@@ -81,6 +86,8 @@ class EdgeProxyServicer(epb_grpc.EdgeProxyServicer):
         self.deadline_s = deadline_s
         self.attempts = attempts
         self.backoff_base_s = backoff_base_s
+        #: The router's own readiness (``StatusRouter.readiness``): has its broker built it this boot?
+        self.readiness = readiness
         #: Relayed calls by outcome, for tests and logs.
         self.relayed = 0
         self.failed = 0
@@ -136,6 +143,14 @@ class EdgeProxyServicer(epb_grpc.EdgeProxyServicer):
             details = f"{BROKER_TIMEOUT}: leaf broker {self.broker_address} did not answer {method} in time " \
                       f"({details})"
             metadata = ((REASON_KEY, BROKER_TIMEOUT), (FIELD_KEY, ""))
+        elif (self.readiness is not None and dict(metadata).get(REASON_KEY) == "Unauthorized"
+              and dict(metadata).get(FIELD_KEY) == "edge_router"):
+            ready, why = self.readiness()
+            if not ready:  # the broker does not know this router yet: transient, not a refusal
+                code = grpc.StatusCode.UNAVAILABLE
+                details = f"{EDGE_ROUTER_NOT_READY}: edge router {self.router_name} is not ready ({why}); " \
+                          f"its broker answered: {details}"
+                metadata = ((REASON_KEY, EDGE_ROUTER_NOT_READY), (FIELD_KEY, "edge_router"))
         context.set_trailing_metadata((*metadata, rpc.NO_RETRY))
         await context.abort(code, details)
 

@@ -9,6 +9,15 @@ manner: a caller may retry a retriable error unchanged and expect success.
 from __future__ import annotations
 
 
+def strip_reason(text: str, reason: str) -> str:
+    """``text`` without leading ``"<reason>: "`` (however often repeated): the text of an error relayed
+    by its ``str()``, to put beside its reason so that the reason is said once."""
+    prefix = f"{reason}: "
+    while reason and text.startswith(prefix):
+        text = text[len(prefix):]
+    return text
+
+
 class GridStatError(Exception):
     """Base of every error this package raises on purpose."""
 
@@ -21,9 +30,18 @@ class GridStatError(Exception):
             self.reason = reason
         self.field = field
 
+    @property
+    def message(self) -> str:
+        """The message without the reason: what to put beside ``reason`` in a reply, a record or a status.
+
+        ``str(exc)`` is ``"Reason: message"``; code that relays an error by its text (``Cls(str(other))``,
+        a peer's reply carrying ``str(exc)``) would otherwise print the reason twice, so a leading
+        ``"Reason: "`` of the error's own reason is dropped here, however often it was repeated.
+        """
+        return strip_reason(super().__str__(), self.reason)
+
     def __str__(self) -> str:
-        base = super().__str__()
-        return f"{self.reason}: {base}"
+        return f"{self.reason}: {self.message}"
 
 
 class ValidationError(GridStatError):

@@ -69,6 +69,7 @@ from gridstat.errors import (
     Unauthorized,
     UnknownVariable,
     ValidationError,
+    strip_reason,
 )
 from gridstat.v1 import broker_pb2 as bpb
 from gridstat.v1 import condensation_pb2 as cpb
@@ -178,7 +179,7 @@ def _router_error(exc: grpc.aio.AioRpcError, router: str) -> GridStatError:
     """A router's refusal as the broker's own error (its reason and field kept)."""
     md = {str(k): str(v) for k, v in (exc.trailing_metadata() or ())}
     reason, fld = md.get(rpc.REASON_KEY, ""), md.get(rpc.FIELD_KEY) or None
-    details = exc.details() or ""
+    details = strip_reason(exc.details() or "", reason)
     if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
         return installer.RouterUnavailable(f"router {router!r} did not answer: {details}", field="router")
     text = f"router {router!r} refused the function: {details}"

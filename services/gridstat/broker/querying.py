@@ -222,7 +222,7 @@ class QueryCoordinator:
             record = await self.subscriptions.subscribe(query.subscriber, var.full_name, None, query.qos,
                                                         edge_router=query.edge_router)
         except GridStatError as exc:
-            return Member(var.full_name, reason=exc.reason, message=str(exc), field=exc.field or "")
+            return Member(var.full_name, reason=exc.reason, message=exc.message, field=exc.field or "")
         self.subscriptions.notes.pop(record.subscription_id, None)
         return Member(var.full_name, subscription_id=record.subscription_id)
 

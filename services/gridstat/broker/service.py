@@ -52,7 +52,7 @@ _KIND = {pb.CLIENT_KIND_PUBLISHER: "publisher", pb.CLIENT_KIND_SUBSCRIBER: "subs
 
 
 def rejection(exc: GridStatError) -> pb.Rejection:
-    msg = pb.Rejection(reason=exc.reason, message=str(exc), field=exc.field or "")
+    msg = pb.Rejection(reason=exc.reason, message=exc.message, field=exc.field or "")
     offer = getattr(exc, "offer", None)
     if offer is not None:
         if offer.best_latency_ms is not None:
@@ -475,4 +475,18 @@ class SegmentsServicer(pb_grpc.SegmentsServicer):
         async def call() -> pb.RegisterPublicationReply:
             var, edge = self.broker.segments.resolve_variable(request.variable)
             return pb.RegisterPublicationReply(publication=publication_to_pb(var, edge_router=edge))
+        return await rpc.guarded(context, call)
+
+    async def ListVariables(self, request: pb.ListVariablesRequest, context: Any) -> pb.ListVariablesReply:
+        """This cloud's publications ``where`` matches, each with the cloud's name (docs/queries.md)."""
+        async def call() -> pb.ListVariablesReply:
+            where = expressions.parse(request.where, field="where") if request.where.strip() else None
+            st = self.broker.state
+            out = []
+            for v in st.registry:
+                if where is None or expressions.matches(where, v):
+                    edge = st.clients.get(("publisher", v.publisher))
+                    out.append(publication_to_pb(v, edge_router=edge.edge_router if edge else "",
+                                                 cloud=self.broker.name))
+            return pb.ListVariablesReply(publications=out)
         return await rpc.guarded(context, call)

@@ -84,7 +84,7 @@ async def _run(args: argparse.Namespace, variables: list[tuple[str, int]]) -> in
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), args.duration)
     except SubscriptionRejected as exc:
-        print(f"gridstat archive: rejected: {exc.reason}: {exc}", file=sys.stderr, flush=True)
+        print(f"gridstat archive: rejected: {exc}", file=sys.stderr, flush=True)
         return EXIT_REJECTED
     except ChannelUnavailable as exc:
         print(f"gridstat archive: unavailable: {exc}", file=sys.stderr, flush=True)

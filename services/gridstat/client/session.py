@@ -37,6 +37,7 @@ from gridstat.errors import (
     TypeMismatch,
     UnknownVariable,
     ValidationError,
+    strip_reason,
 )
 from gridstat.v1 import broker_pb2 as bpb
 from gridstat.v1 import edge_pb2_grpc as epb_grpc
@@ -221,7 +222,7 @@ def offer_from_pb(o: bpb.Offer) -> Offer:
 def rejection_error(r: bpb.Rejection, variable: str = "", admission: AdmissionNote | None = None
                     ) -> SubscriptionRejected:
     what = f"subscription to {variable!r} refused" if variable else "subscription refused"
-    return SubscriptionRejected(f"{what}: {r.message or r.reason or 'no reason given'}",
+    return SubscriptionRejected(f"{what}: {strip_reason(r.message, r.reason) or r.reason or 'no reason given'}",
                                 reason=r.reason or None, field=r.field or None, offer=offer_from_pb(r.offer),
                                 admission=admission)
 
@@ -259,8 +260,7 @@ def _metadata(exc: grpc.aio.AioRpcError) -> dict[str, str]:
 
 def _strip_reason(details: str, reason: str) -> str:
     """``GridStatError.__str__`` prefixes the reason; do not repeat it."""
-    prefix = f"{reason}: "
-    return details[len(prefix):] if reason and details.startswith(prefix) else details
+    return strip_reason(details, reason)
 
 
 def error_from_rpc(exc: grpc.aio.AioRpcError, *, subscribing: bool = False) -> GridStatError:

@@ -86,7 +86,7 @@ class BrokerRecorder:
                 delegated = exc.reason == UNKNOWN_VARIABLE and getattr(broker, "uplink", None) is not None
                 self.record(subscription_id=str(kwargs.get("subscription_id", "")), subscriber=subscriber,
                             variable=variable, action="subscribe", decision="delegated" if delegated else "rejected",
-                            reason=exc.reason, message=str(exc), modes=_modes(qos),
+                            reason=exc.reason, message=exc.message, modes=_modes(qos),
                             duration_s=time.perf_counter() - t0)
                 raise
             self.record(subscription_id=str(getattr(record, "subscription_id", "")), subscriber=subscriber,
@@ -103,7 +103,7 @@ class BrokerRecorder:
                 record = await fn(subscription_id, qos, *args, **kwargs)
             except GridStatError as exc:
                 self.record(subscription_id=subscription_id, subscriber="", variable="", action="change",
-                            decision="rejected", reason=exc.reason, message=str(exc), modes=_modes(qos),
+                            decision="rejected", reason=exc.reason, message=exc.message, modes=_modes(qos),
                             duration_s=time.perf_counter() - t0)
                 raise
             self.record(subscription_id=subscription_id, subscriber=str(getattr(record, "subscriber", "")),

@@ -476,17 +476,3 @@ class SegmentsServicer(pb_grpc.SegmentsServicer):
             var, edge = self.broker.segments.resolve_variable(request.variable)
             return pb.RegisterPublicationReply(publication=publication_to_pb(var, edge_router=edge))
         return await rpc.guarded(context, call)
-
-    async def ListVariables(self, request: pb.ListVariablesRequest, context: Any) -> pb.ListVariablesReply:
-        """This cloud's publications ``where`` matches, each with the cloud's name (docs/queries.md)."""
-        async def call() -> pb.ListVariablesReply:
-            where = expressions.parse(request.where, field="where") if request.where.strip() else None
-            st = self.broker.state
-            out = []
-            for v in st.registry:
-                if where is None or expressions.matches(where, v):
-                    edge = st.clients.get(("publisher", v.publisher))
-                    out.append(publication_to_pb(v, edge_router=edge.edge_router if edge else "",
-                                                 cloud=self.broker.name))
-            return pb.ListVariablesReply(publications=out)
-        return await rpc.guarded(context, call)

@@ -21,11 +21,33 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from gridstat.core.wire import DropReason
+
 from .exporting import ExporterStats, LossReason
 from .recording import BrokerRecorder
 from .sampling import SubscriberLike
 
 F = TypeVar("F", CounterMetricFamily, GaugeMetricFamily)
+
+#: Drop reasons a router counts per channel, on the send side (``router/channels.py``): every channel's
+#: series of these exist at 0 from the start. All the other reasons are counted before a channel is
+#: known (``channel=""``) and exist at 0 there. Prometheus's ``rate()`` and ``increase()`` miss the first
+#: event of a series born at 1, so the alerts on drops would not fire for the first drop of a kind
+#: (docs/telemetry.md, "What is tested of the dashboards and alerts").
+CHANNEL_DROP_REASONS = tuple(r.value for r in (DropReason.QUEUE_FULL, DropReason.LINK_OVERLOAD,
+                                               DropReason.CPU_OVERLOAD, DropReason.LINK_DOWN,
+                                               DropReason.SEND_ERROR))
+ROUTER_DROP_REASONS = tuple(r.value for r in DropReason if r.value not in CHANNEL_DROP_REASONS)
+#: What a subscriber counts as drops (``client/subscriber.py``), each from 0 at the start.
+SUBSCRIBER_DROP_REASONS = tuple(r.value for r in (
+    DropReason.TRUNCATED, DropReason.BAD_MAGIC, DropReason.BAD_VERSION, DropReason.BAD_KIND,
+    DropReason.MALFORMED, DropReason.AUTH_FAILED, DropReason.REPLAYED, DropReason.UNKNOWN_VARIABLE,
+    DropReason.SEND_ERROR))
+
+
+def _from_zero(counts: Mapping[str, int], known: tuple[str, ...]) -> dict[str, int]:
+    """``counts`` with every ``known`` key present (0 when not counted yet), the known ones first."""
+    return {**dict.fromkeys(known, 0), **counts}
 
 #: Latency quantiles exported per subscription (from the subscriber's last 4096 samples).
 QUANTILES = (("0.5", 50.0), ("0.99", 99.0), ("0.999", 99.9))
@@ -85,8 +107,8 @@ class RouterCollector(_Base):
         drops = _counter("gridstat_router_drops_total",
                          "Events or datagrams dropped, by channel (\"\" = before a channel is known) and reason",
                          ["router", "channel", "reason"])
-        for reason, n in dict(s.get("drops", {})).items():
-            drops.add_metric([r, "", str(reason)], float(n))
+        for reason, count in _from_zero(dict(s.get("drops", {})), ROUTER_DROP_REASONS).items():
+            drops.add_metric([r, "", str(reason)], float(count))
         caps = self._capacities() if self._capacities is not None else {}
         fams: dict[str, CounterMetricFamily | GaugeMetricFamily] = {
             "up": _gauge("gridstat_router_channel_up", "1 while the channel's neighbour answers liveness pings",
@@ -117,7 +139,7 @@ class RouterCollector(_Base):
                 fams["capacity"].add_metric([r, n], float(caps[n]))
             if ch.get("rtt_ms") is not None:
                 fams["rtt"].add_metric([r, n], float(ch["rtt_ms"]) / 1000)
-            for reason, k in dict(ch.get("drops", {})).items():
+            for reason, k in _from_zero(dict(ch.get("drops", {})), CHANNEL_DROP_REASONS).items():
                 drops.add_metric([r, n, str(reason)], float(k))
         yield drops
         yield from fams.values()
@@ -291,7 +313,7 @@ class SubscriberCollector(_Base):
                             ["subscriber"]), [n], float(self._events()))
         drops = _counter("gridstat_subscriber_drops_total", "Datagrams or events not delivered, by reason",
                          ["subscriber", "reason"])
-        for reason, k in dict(sub.stats.drops).items():
+        for reason, k in _from_zero(dict(sub.stats.drops), SUBSCRIBER_DROP_REASONS).items():
             drops.add_metric([n, str(reason)], float(k))
         drops.add_metric([n, "callback_error"], float(sub.stats.callback_errors))
         yield drops

@@ -26,6 +26,17 @@ from .sampling import BrokerModeSampler, Emitter
 #: the request goes up (``delegated``), without one it is a rejection.
 UNKNOWN_VARIABLE = "UnknownVariable"
 
+#: The machine-readable reasons a broker refuses a subscription with (``broker/rejections.py`` and
+#: the checks before planning: registry, types, policy, arguments). Their
+#: ``gridstat_broker_admission_decisions_total{decision="rejected"}`` series exist at 0 from the start,
+#: so that Prometheus's ``increase()`` sees the first rejection of each (a series born at 1 has no
+#: increase; docs/telemetry.md, "What is tested of the dashboards and alerts"). A reason not listed
+#: here is still counted, from its first occurrence on.
+REJECTION_REASONS = ("NoFeasiblePath", "LatencyUnattainable", "CapacityExceeded", "AdmissionRejected",
+                     UNKNOWN_VARIABLE, "TypeMismatch", "Unauthorized", "InvalidArgument")
+#: The outcomes of a broker's mode change, each counted from 0 at the start for the same reason.
+MODE_CHANGE_OUTCOMES = ("committed", "failed")
+
 
 def _modes(qos: Any) -> list[dict[str, Any]]:
     out = []
@@ -48,10 +59,12 @@ class BrokerRecorder:
         self.name = name
         self.emitter = emitter
         self.modes = modes
-        #: (decision, reason) -> count, for ``gridstat_broker_admission_decisions_total``.
-        self.decisions: Counter[tuple[str, str]] = Counter()
-        #: outcome -> count, for ``gridstat_broker_mode_changes_total``.
-        self.mode_changes: Counter[str] = Counter()
+        #: (decision, reason) -> count, for ``gridstat_broker_admission_decisions_total``; admissions and
+        #: the known rejection reasons start at 0 (REJECTION_REASONS).
+        self.decisions: Counter[tuple[str, str]] = Counter(
+            {("admitted", ""): 0, **{("rejected", r): 0 for r in REJECTION_REASONS}})
+        #: outcome -> count, for ``gridstat_broker_mode_changes_total``; every outcome starts at 0.
+        self.mode_changes: Counter[str] = Counter({o: 0 for o in MODE_CHANGE_OUTCOMES})
         self.decision_seconds = 0.0
 
     def attach(self, broker: Any) -> None:

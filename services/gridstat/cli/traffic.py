@@ -4,7 +4,9 @@
   distinct timestamps, duplicates, missing timestamps, latency percentiles, delivered interval;
 * :class:`Backoff` -- bounded exponential backoff with jitter for (re)connecting;
 * :func:`classify` -- which failure of the edge router or the broker is worth retrying;
-* :class:`Runner` -- SIGTERM/SIGINT, ``--duration-s``, the retry loop around connecting.
+* :class:`Runner` -- SIGTERM/SIGINT, ``--duration-s``, the retry loop around connecting, and the
+  client's own telemetry (``--kafka``, ``--metrics-port``: its SDK subscriber's delivery samples and
+  ``/metrics``, docs/telemetry.md "Subscribers").
 
 Both commands print ``READY name=... `` once registered, then one line per stats period
 (``-o json``: one JSON object per line) and a final line when stopped.
@@ -28,10 +30,12 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from gridstat.cli.common import EXIT_CODES_HELP, EXIT_OK, EXIT_REJECTED, EXIT_UNAVAILABLE, EXIT_USAGE
+from gridstat.client import Publisher, Subscriber
 from gridstat.client.session import SubscriptionRejected
 from gridstat.core.model import BOOL, FLOAT, INT, TypeSpec, check_name, split_variable_name
 from gridstat.core.tls import TlsFiles
 from gridstat.errors import GridStatError, ValidationError
+from gridstat.telemetry import roles as telemetry
 
 T = TypeVar("T")
 
@@ -48,7 +52,7 @@ PERMANENT_REASONS = frozenset({"InvalidArgument", "TypeMismatch", "Unauthorized"
 
 # -- options and validation ---------------------------------------------------------------------------
 def add_client_arguments(p: argparse.ArgumentParser) -> None:
-    """The options both commands share: edge, stats, duration, retries, output and TLS."""
+    """The options both commands share: edge, stats, duration, retries, output, TLS and telemetry."""
     p.epilog = EXIT_CODES_HELP
     p.add_argument("--name", required=True, metavar="NAME", help="the client's name at the broker")
     p.add_argument("--edge", required=True, metavar="HOST:PORT", help="control port of the client's edge router")
@@ -74,6 +78,9 @@ def add_client_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--timeout", type=float, default=10.0, metavar="S",
                    help="deadline of each call to the edge router (default 10)")
     add_edge_client_arguments(p)
+    # --kafka, --metrics-port, ...: the client's own delivery samples and /metrics, as every role's
+    # (docs/telemetry.md, "Subscribers"); off unless given (or $GRIDSTAT_KAFKA, $GRIDSTAT_METRICS_PORT)
+    telemetry.add_arguments(p)
 
 
 def add_edge_client_arguments(p: argparse.ArgumentParser, *,
@@ -211,9 +218,26 @@ class GiveUp(Exception):
         self.exit_code = exit_code
 
 
+def sdk_clients(connected: object) -> tuple[list[Subscriber], list[Publisher]]:
+    """The SDK subscribers and publishers in what a command's connect attempt returned: the object
+    itself, the items of a tuple, or its ``subscriber`` / ``publisher`` attribute (a server's)."""
+    candidates: list[object] = [connected]
+    if isinstance(connected, tuple):
+        candidates += list(connected)
+    candidates += [getattr(connected, "subscriber", None), getattr(connected, "publisher", None)]
+    subscribers: list[Subscriber] = []
+    publishers: list[Publisher] = []
+    for c in candidates:
+        if isinstance(c, Subscriber) and not any(c is s for s in subscribers):
+            subscribers.append(c)
+        elif isinstance(c, Publisher) and not any(c is s for s in publishers):
+            publishers.append(c)
+    return subscribers, publishers
+
+
 class Runner:
     """A long-running client command's frame: the stop event (SIGTERM, SIGINT, ``--duration-s``),
-    stdout lines, and the retry loop around connecting."""
+    stdout lines, the retry loop around connecting, and the client's telemetry once connected."""
 
     def __init__(self, command: str, args: argparse.Namespace) -> None:
         self.command = command
@@ -221,6 +245,7 @@ class Runner:
         self.stop = asyncio.Event()
         self.started = time.monotonic()
         self.signal: str | None = None
+        self.telemetry: telemetry.RoleTelemetry | None = None
 
     def install(self) -> None:
         loop = asyncio.get_running_loop()
@@ -237,7 +262,38 @@ class Runner:
         print(f"gridstat {self.command}: {self.args.name}: {message}", file=sys.stderr, flush=True)
 
     def line(self, text: str) -> None:
+        if self.telemetry is not None and text.startswith("READY "):
+            text += self.telemetry.ready_suffix()  # " metrics_port=N", as every role's READY line
         print(text, flush=True)
+
+    async def start_telemetry(self, connected: object) -> None:
+        """With ``--kafka`` or ``--metrics-port``: export the delivery samples of the SDK subscribers in
+        ``connected`` (:func:`sdk_clients`) and serve their ``/metrics`` (and the publishers'), with the
+        telemetry package's exporter and server (``telemetry.roles``). Role ``subscriber`` (``publisher``
+        when it has only publishers), source ``--name``."""
+        args = self.args
+        if self.telemetry is not None or (not getattr(args, "kafka", "")
+                                          and getattr(args, "metrics_port", telemetry.METRICS_OFF) < 0):
+            return
+        subscribers, publishers = sdk_clients(connected)
+        tel = telemetry.RoleTelemetry.from_args("publisher" if publishers and not subscribers else "subscriber",
+                                                args.name, args)
+        for sub in subscribers:
+            telemetry.add_subscriber(tel, sub)
+        for pub in publishers:
+            telemetry.add_publisher(tel, pub)
+        try:
+            await tel.start()
+        except BaseException:
+            await tel.stop()
+            raise
+        self.telemetry = tel
+
+    async def stop_telemetry(self) -> None:
+        """Stop the telemetry (a last sample exported, Kafka flushed, /metrics closed); idempotent."""
+        tel, self.telemetry = self.telemetry, None
+        if tel is not None:
+            await tel.stop()
 
     def json_error(self, exc: BaseException, exit_code: int) -> None:
         """With ``-o json``, the failure as one JSON object on stdout too (cli.common.report_error's shape)."""
@@ -283,7 +339,7 @@ class Runner:
         while not self.stop.is_set():
             n += 1
             try:
-                return await self.until_stopped(attempt())
+                connected = await self.until_stopped(attempt())
             except Exception as exc:
                 kind = classify(exc, retry_unknown_variable=retry_unknown_variable and not args.once)
                 if kind == USAGE:
@@ -303,17 +359,29 @@ class Runner:
                 self.warn(f"{what} failed (attempt {n}): {describe(exc)}; retrying in {delay:.1f} s")
                 if await self.sleep(delay):
                     return None
+                continue
+            if connected is not None:
+                try:
+                    await self.start_telemetry(connected)
+                except GridStatError as exc:  # e.g. --metrics-port already in use
+                    self.warn(f"error: {describe(exc)}")
+                    self.json_error(exc, EXIT_USAGE)
+                    raise GiveUp(EXIT_USAGE) from None
+            return connected
         return None
 
 
     async def report_until_stopped(self, stats: Callable[[], tuple[dict[str, Any], str]]) -> None:
         """A stats line (``stats()``) every ``--stats-every-s`` until the stop event; 0: none."""
         period = self.args.stats_every_s
-        while not self.stop.is_set():
-            if await self.sleep(period if period > 0 else 3600.0):
-                break
-            if period > 0:
-                self.emit(*stats())
+        try:
+            while not self.stop.is_set():
+                if await self.sleep(period if period > 0 else 3600.0):
+                    break
+                if period > 0:
+                    self.emit(*stats())
+        finally:
+            await self.stop_telemetry()
 
     async def serve(self, attempt: Callable[[], Awaitable[T]], *, what: str, ready: Callable[[T], str],
                     stats: Callable[[T, bool], tuple[dict[str, Any], str]],

@@ -155,6 +155,7 @@ async def activemode_switch(
 
 
 @kopf.timer(G, P, interval=15.0, initial_delay=10.0, idle=5.0)
+@common.periodic_check
 async def activemode_watch(
         *,
         body: kopf.Body,

@@ -4,8 +4,11 @@ not (and the retry after it), indexes."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any, NoReturn
+import functools
+import logging
+import re
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any, NoReturn, TypeVar, cast
 
 import kopf
 
@@ -46,6 +49,56 @@ def paused(body: Mapping[str, Any]) -> bool:
     """Strimzi's pause annotation: ``gridstat.io/pause-reconciliation: "true"``."""
     annotations = body.get("metadata", {}).get("annotations") or {}
     return str(annotations.get(resources.PAUSE_ANNOTATION, "")).lower() == "true"
+
+
+#: What kopf logs at INFO after every run of a timer (``Timer 'NAME' succeeded.``).
+_PERIODIC_SUCCESS = re.compile(r"^Timer '[^']+' succeeded\.$")
+
+
+class PeriodicChecksAtDebug(logging.Filter):
+    """kopf's ``Timer 'NAME' succeeded.`` at DEBUG: every timer of this operator is a periodic check
+    (every 5-15 s per resource), and its success says nothing new. What a check changes is logged at
+    INFO by :func:`report_change` (docs/kubernetes.md, "Operating the operator"). On kopf's ``kopf.objects`` logger."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno != logging.INFO or not _PERIODIC_SUCCESS.match(str(record.msg)):
+            return True
+        record.levelno, record.levelname = logging.DEBUG, logging.getLevelName(logging.DEBUG)
+        return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+
+
+def quiet_periodic_checks(logger: logging.Logger | None = None) -> None:
+    """Put :class:`PeriodicChecksAtDebug` on kopf's per-object logger (once)."""
+    target = logger if logger is not None else logging.getLogger("kopf.objects")
+    if not any(isinstance(f, PeriodicChecksAtDebug) for f in target.filters):
+        target.addFilter(PeriodicChecksAtDebug())
+
+
+def report_change(logger: Any, check: str, body: Mapping[str, Any], patch: Mapping[str, Any]) -> list[str]:
+    """After a periodic check: the status fields its patch changes, logged at INFO (at DEBUG when none did,
+    the usual case); returns them."""
+    old: Mapping[str, Any] = body.get("status") or {}
+    new: Mapping[str, Any] = patch.get("status") or {}
+    changed = sorted(k for k, v in new.items() if conditions.status_changed({k: old.get(k)}, {k: v}))
+    if changed:
+        logger.info("%s: status changed: %s", check, ", ".join(changed))
+    else:
+        logger.debug("%s: nothing changed", check)
+    return changed
+
+
+Check = TypeVar("Check", bound=Callable[..., Awaitable[None]])
+
+
+def periodic_check(fn: Check) -> Check:
+    """A kopf timer whose run ends with :func:`report_change` (put it under ``@kopf.timer``; kopf's
+    handler id stays the function's name)."""
+    @functools.wraps(fn)
+    async def check(**kwargs: Any) -> None:
+        await fn(**kwargs)
+        report_change(kwargs["logger"], fn.__name__, kwargs["body"], kwargs["patch"])
+
+    return cast(Check, check)
 
 
 def decided(

@@ -43,6 +43,7 @@ async def mode_reconcile(
 
 
 @kopf.timer(G, P, interval=10.0, initial_delay=5.0, idle=3.0)
+@common.periodic_check
 async def mode_refresh(
         *,
         body: kopf.Body,

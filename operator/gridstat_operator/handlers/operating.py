@@ -12,6 +12,7 @@ import kopf
 from gridstat_operator import brokers as brokering
 from gridstat_operator import config as configs
 from gridstat_operator import resources
+from gridstat_operator.handlers import common
 
 
 @kopf.on.startup()
@@ -26,6 +27,8 @@ async def operator_startup(settings: kopf.OperatorSettings, memo: kopf.Memo, log
     # Events only from explicit kopf.info/warn calls: one per decision, not one per log line.
     settings.posting.loggers = False
     settings.posting.level = logging.INFO
+    # The periodic checks (timers) log at DEBUG unless they change something (common.report_change).
+    common.quiet_periodic_checks()
     # Re-open watches every few minutes: a silently dropped watch connection otherwise stalls
     # the operator (nolar/kopf#204, #698).
     settings.watching.server_timeout = 270

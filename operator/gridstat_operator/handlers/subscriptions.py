@@ -88,6 +88,7 @@ async def subscription_reconcile(
 
 
 @kopf.timer(G, P, interval=5.0, initial_delay=5.0, idle=3.0)
+@common.periodic_check
 async def subscription_check(
         *,
         body: kopf.Body,

@@ -27,13 +27,14 @@ from .sampling import BrokerModeSampler, Emitter
 UNKNOWN_VARIABLE = "UnknownVariable"
 
 #: The machine-readable reasons a broker refuses a subscription with (``broker/rejections.py`` and
-#: the checks before planning: registry, types, policy, arguments). Their
+#: the checks before planning: registry, types, policy, arguments, duplicates). Their
 #: ``gridstat_broker_admission_decisions_total{decision="rejected"}`` series exist at 0 from the start,
 #: so that Prometheus's ``increase()`` sees the first rejection of each (a series born at 1 has no
 #: increase; docs/telemetry.md, "What is tested of the dashboards and alerts"). A reason not listed
 #: here is still counted, from its first occurrence on.
 REJECTION_REASONS = ("NoFeasiblePath", "LatencyUnattainable", "CapacityExceeded", "AdmissionRejected",
-                     UNKNOWN_VARIABLE, "TypeMismatch", "Unauthorized", "InvalidArgument")
+                     UNKNOWN_VARIABLE, "TypeMismatch", "Unauthorized", "InvalidArgument", "AlreadyExists",
+                     "NotFound")
 #: The outcomes of a broker's mode change, each counted from 0 at the start for the same reason.
 MODE_CHANGE_OUTCOMES = ("committed", "failed")
 

@@ -611,13 +611,14 @@ ROWS: list[Row] = [
     *rows("QoSBroker", "leaf", "ChangeMode CreateCondensation", 30),
     # These dial the router or channel address in the request.
     *rows("QoSBroker", "leaf", "AddRouter AddInterCloudChannel", DIALING),
-    *rows("Segments", "leaf", "ReserveSegment CommitSegment AbortSegment ResolveVariable"),
+    *rows("Segments", "leaf", "ReserveSegment CommitSegment AbortSegment ResolveVariable ListVariables"),
     # A parent asks its children for most answers.
     *rows("QoSBroker", "parent", f"{_LEAF_CLIENT} AddRouter RemoveRouter AddChannel RemoveChannel "
           "AddInterCloudChannel RemoveInterCloudChannel RemoveChildBroker GetTopology Health DefineMode ChangeMode "
           "SetFlooding RemoveFlooding ListFlooding", 25),
     *rows("QoSBroker", "parent", "AddChildBroker", DIALING),
-    *rows("Segments", "parent", "ReserveSegment CommitSegment AbortSegment ResolveVariable ReportBroken", 25),
+    *rows("Segments", "parent", "ReserveSegment CommitSegment AbortSegment ResolveVariable ReportBroken "
+          "ListVariables", 25),
     *rows("AdmissionControl", "admission", "Advertise Unadvertise SyncAdvertisements DeclareResources "
           "GetRequirement Admit Release GetState"),
     *rows("History", "history", "Query Health"),

@@ -115,12 +115,12 @@ def edge_pair(workdir: Path, *, ids: tuple[int, int] = (1, 2), name: str = "A",
 
 
 def start_leaf(workdir: Path, brokers: dict[str, BrokerProc], routers: dict[str, RouterProc], parent: BrokerProc,
-               cloud: str, k: int) -> BrokerProc:
+               cloud: str, k: int, *, extra: tuple[str, ...] = ()) -> BrokerProc:
     """Leaf broker ``cloud`` under ``parent`` (its variable ids from k x 1,000,000) over an edge router
     ``e<cloud>`` and a border router ``b<cloud>`` (ids 10k+1, 10k+2) on a 1 ms link, added to the
     parent as its child; the processes go into ``brokers`` and ``routers`` (see :func:`started`)."""
     leaf = brokers[cloud] = start_broker(cloud, str(workdir / f"{cloud}.sqlite"), extra=(
-        "--variable-id-base", str(1_000_000 * k), "--parent", parent.address))
+        "--variable-id-base", str(1_000_000 * k), "--parent", parent.address, *extra))
     for name, rid, role in ((f"e{cloud}", 10 * k + 1, "edge"), (f"b{cloud}", 10 * k + 2, "border")):
         routers[name] = start_router(name, rid, role=role)
         add_router(leaf, routers[name], role)

@@ -103,7 +103,7 @@ class Peers:
 
 def qos_pb(q: ModeQoS) -> pb.ModeQoS:
     return pb.ModeQoS(mode=q.mode, interval_ms=q.interval_ms, latency_ms=int(q.latency_ms), redundancy=q.redundancy,
-                      priority=q.priority)
+                      priority=q.priority, price=q.price, best_effort=q.best_effort)
 
 
 @dataclass
@@ -347,6 +347,13 @@ class UpLink:
         cloud.store.set_meta(f"delegated:{sid}", "")
         cloud.store.set_meta(f"delegated-by:{sid}", "")
         return int(reply.routes_removed)
+
+    async def list_variables(self, where: str = "") -> pb.ListVariablesReply:
+        """Every publication of the hierarchy that ``where`` matches, each with its cloud, and the brokers
+        that did not answer (the parent asks the root; docs/queries.md, "Across clouds")."""
+        reply: pb.ListVariablesReply = await self.peers(self.address).segments.ListVariables(
+            pb.ListVariablesRequest(where=where, whole_hierarchy=True), timeout=RPC_TIMEOUT_S * 3)
+        return reply
 
     async def report_broken(self, cloud: Cloud, sids: list[str], down: list[str]) -> None:
         """Tell the parent which inter-cloud subscriptions' segments could not be re-planned in ``cloud``

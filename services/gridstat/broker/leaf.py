@@ -167,8 +167,10 @@ class LeafBroker:
                 await uplink.report_broken(self.cloud, sids, down)
 
             self.healing.report = report
+            self.queries.uplink = uplink  # queries match the other clouds' variables too (docs/queries.md)
         self._task = create_guarded_task(self.supervisor.run(), name=f"broker-{self.name}-supervise")
         self.queries.replan_all()
+        self.queries.start()
         for name in self.cloud.links:
             self.link_watch.follow(name)
 

@@ -51,6 +51,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--variable-id-base", type=int, default=1,
                    help="first variable id this cloud assigns; give each cloud its own block (e.g. 1000000 * k)")
     p.add_argument("--supervise-interval-ms", type=int, default=500, help="router health check period")
+    p.add_argument("--query-refresh-s", type=float, default=10.0, metavar="S",
+                   help="with --parent: list the other clouds' variables for the standing query subscriptions "
+                        "every S seconds (default 10; docs/queries.md, \"Across clouds\")")
     p.add_argument("--tls-cert", default="")
     p.add_argument("--tls-key", default="")
     p.add_argument("--tls-client-ca", default="", help="require client certificates signed by this CA (mTLS)")
@@ -158,6 +161,10 @@ async def _run(args: argparse.Namespace) -> None:
     store = BrokerStore(args.state or default_state_path(args.name))
     broker = LeafBroker(args.name, store, tls=router_tls, supervise_interval_s=args.supervise_interval_ms / 1000,
                         variable_id_base=args.variable_id_base)
+    if not args.query_refresh_s > 0:
+        raise ValidationError(f"--query-refresh-s must be positive, not {args.query_refresh_s:g}",
+                              field="query_refresh_s")
+    broker.queries.refresh_s = args.query_refresh_s
     try:
         broker.gate = gate.AdmissionGate(limit=args.max_admissions, per_caller=args.max_admissions_per_caller,
                                          retry_after_ms=args.busy_retry_after_ms)

@@ -47,7 +47,7 @@ from gridstat.broker.rejections import NoFeasiblePath, Offer
 from gridstat.broker.service import ADMISSION_ERRORS, qos_from_pb, rejection
 from gridstat.broker.state import ModeQoS
 from gridstat.broker.subtree import Subtree
-from gridstat.core import rpc
+from gridstat.core import expressions, rpc
 from gridstat.core.tls import TlsFiles
 from gridstat.errors import GridStatError, NotFound, TypeMismatch, UnknownVariable, ValidationError
 from gridstat.v1 import broker_pb2 as pb
@@ -298,6 +298,27 @@ class ParentBroker:
         return plan.disjoint_cloud_paths(channels, sub.pub_cloud, sub.cloud, n, usable=usable, crossing=minimum)
 
     # -- healing (docs/redundancy.md, "Healing") ---------------------------------------------------
+    async def list_variables(self, where: str, *, whole_hierarchy: bool) -> pb.ListVariablesReply:
+        """The publications ``where`` matches below this broker, or, asked for the whole hierarchy, below
+        the root (asked of this broker's parent; this subtree's alone, its parent named unreachable, when
+        the parent does not answer). docs/queries.md, "Across clouds"."""
+        if where.strip():  # a bad expression is the caller's fault, answered here, not by every child
+            expressions.parse(where, field="where")
+        if whole_hierarchy and self.parent:
+            try:
+                reply: pb.ListVariablesReply = await self.peers(self.parent).segments.ListVariables(
+                    pb.ListVariablesRequest(where=where, whole_hierarchy=True), timeout=RPC_TIMEOUT_S * 2)
+                return reply
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() is grpc.StatusCode.INVALID_ARGUMENT:
+                    raise
+                log.warning("parent broker %s: its parent %s did not list variables: %s", self.name, self.parent,
+                            exc.details())
+                publications, unreachable = await self.tree.list_variables(where)
+                return pb.ListVariablesReply(publications=publications, unreachable=[*unreachable, self.parent])
+        publications, unreachable = await self.tree.list_variables(where)
+        return pb.ListVariablesReply(publications=publications, unreachable=unreachable)
+
     async def report_broken(self, cloud: str, sids: list[str], down: list[str]) -> tuple[int, int]:
         """A cloud below could not re-plan these inter-cloud subscriptions' segments inside itself, and
         these of its routers are down: plan the ones this broker holds again around every router known
@@ -604,6 +625,11 @@ class ParentSegmentsServicer(pb_grpc.SegmentsServicer):
                                                          list(request.down_routers))
             return pb.ReportBrokenReply(rerouted=done, unrepaired=left)
 
+        return await rpc.guarded(context, call)
+
+    async def ListVariables(self, request: pb.ListVariablesRequest, context: Any) -> pb.ListVariablesReply:
+        async def call() -> pb.ListVariablesReply:
+            return await self.broker.list_variables(request.where, whole_hierarchy=request.whole_hierarchy)
         return await rpc.guarded(context, call)
 
     async def ResolveVariable(self, request: pb.ResolveVariableRequest, context: Any) -> pb.RegisterPublicationReply:

@@ -107,6 +107,10 @@ def query_to_reply(broker: LeafBroker, q: Query) -> pb.QueryReply:
         if record is not None:
             members.append(pb.QueryMember(variable=m.variable, admitted=True, subscription_id=m.subscription_id,
                                           subscription=record_to_reply(broker, record)))
+        elif m.admitted and m.reply and broker.uplink is not None and \
+                broker.uplink.delegated(broker.cloud, m.subscription_id):  # another cloud's, held above
+            members.append(pb.QueryMember(variable=m.variable, admitted=True, subscription_id=m.subscription_id,
+                                          subscription=pb.SubscribeReply.FromString(m.reply)))
         elif m.admitted:
             members.append(pb.QueryMember(variable=m.variable, subscription_id=m.subscription_id,
                                           rejection=pb.Rejection(reason="NotFound", message=(
@@ -475,4 +479,18 @@ class SegmentsServicer(pb_grpc.SegmentsServicer):
         async def call() -> pb.RegisterPublicationReply:
             var, edge = self.broker.segments.resolve_variable(request.variable)
             return pb.RegisterPublicationReply(publication=publication_to_pb(var, edge_router=edge))
+        return await rpc.guarded(context, call)
+
+    async def ListVariables(self, request: pb.ListVariablesRequest, context: Any) -> pb.ListVariablesReply:
+        """This cloud's publications ``where`` matches, each with the cloud's name (docs/queries.md)."""
+        async def call() -> pb.ListVariablesReply:
+            where = expressions.parse(request.where, field="where") if request.where.strip() else None
+            st = self.broker.state
+            out = []
+            for v in st.registry:
+                if where is None or expressions.matches(where, v):
+                    edge = st.clients.get(("publisher", v.publisher))
+                    out.append(publication_to_pb(v, edge_router=edge.edge_router if edge else "",
+                                                 cloud=self.broker.name))
+            return pb.ListVariablesReply(publications=out)
         return await rpc.guarded(context, call)

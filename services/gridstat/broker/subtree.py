@@ -101,6 +101,30 @@ class Subtree:
             return pub
         return None
 
+    async def list_variables(self, where: str) -> tuple[list[pb.Publication], list[str]]:
+        """Every publication below that ``where`` matches, each with its cloud, and the children that
+        did not answer (their clouds' publications are missing; docs/queries.md, "Across clouds")."""
+        async def ask(c: pb.ChildBroker) -> pb.ListVariablesReply:
+            r: pb.ListVariablesReply = await self.peers(c.address).segments.ListVariables(
+                pb.ListVariablesRequest(where=where), timeout=RPC_TIMEOUT_S)
+            return r
+        kids = list(self.children.values())
+        replies = await asyncio.gather(*(ask(c) for c in kids), return_exceptions=True)
+        publications: list[pb.Publication] = []
+        unreachable: list[str] = []
+        for c, r in zip(kids, replies, strict=True):
+            if isinstance(r, grpc.aio.AioRpcError):
+                unreachable.append(c.name)
+                continue
+            if isinstance(r, BaseException):
+                raise r
+            for p in r.publications:
+                if c.leaf and not p.cloud:
+                    p.cloud = c.name
+            publications += r.publications
+            unreachable += r.unreachable
+        return publications, unreachable
+
     async def height(self) -> int:
         """This broker's height in the hierarchy: 1 + its tallest child's (a leaf is 1)."""
 

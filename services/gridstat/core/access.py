@@ -164,7 +164,7 @@ RULES: Mapping[str, frozenset[str]] = {
     }),
     # The brokers' inter-cloud segment protocol.
     **_service("Segments", {m: _BROKERS for m in (
-        "ReserveSegment", "CommitSegment", "AbortSegment", "ResolveVariable", "ReportBroken")}),
+        "ReserveSegment", "CommitSegment", "AbortSegment", "ResolveVariable", "ReportBroken", "ListVariables")}),
     # The admission controller: consulted by leaf brokers; its state read by administrators.
     **_service("AdmissionControl", {
         **{m: _BROKERS for m in (

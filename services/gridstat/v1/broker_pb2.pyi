@@ -1697,6 +1697,60 @@ class AnnounceRouterReply(_message.Message):
 Global___AnnounceRouterReply: _TypeAlias = AnnounceRouterReply  # noqa: Y015
 
 @_typing.final
+class ListVariablesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WHERE_FIELD_NUMBER: _builtins.int
+    WHOLE_HIERARCHY_FIELD_NUMBER: _builtins.int
+    where: _builtins.str
+    """docs/queries.md; empty: every publication"""
+    whole_hierarchy: _builtins.bool
+    """Asked by a child for the whole hierarchy: a parent with a parent passes the question up, and the
+    root answers for every cloud below it.
+    """
+    def __init__(
+        self,
+        *,
+        where: _builtins.str = ...,
+        whole_hierarchy: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["where", b"where", "whole_hierarchy", b"whole_hierarchy"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListVariablesRequest: _TypeAlias = ListVariablesRequest  # noqa: Y015
+
+@_typing.final
+class ListVariablesReply(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PUBLICATIONS_FIELD_NUMBER: _builtins.int
+    UNREACHABLE_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def publications(self) -> _containers.RepeatedCompositeFieldContainer[Global___Publication]: ...
+    @_builtins.property
+    def unreachable(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Brokers that did not answer: their clouds' publications are missing from the list, so a caller
+        must not take a publication's absence for its removal.
+        """
+
+    def __init__(
+        self,
+        *,
+        publications: _abc.Iterable[Global___Publication] | None = ...,
+        unreachable: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["publications", b"publications", "unreachable", b"unreachable"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListVariablesReply: _TypeAlias = ListVariablesReply  # noqa: Y015
+
+@_typing.final
 class ReportBrokenRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

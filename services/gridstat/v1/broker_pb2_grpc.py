@@ -1535,6 +1535,11 @@ class SegmentsStub:
                 request_serializer=gridstat_dot_v1_dot_broker__pb2.ReportBrokenRequest.SerializeToString,
                 response_deserializer=gridstat_dot_v1_dot_broker__pb2.ReportBrokenReply.FromString,
                 _registered_method=True)
+        self.ListVariables = channel.unary_unary(
+                '/gridstat.v1.Segments/ListVariables',
+                request_serializer=gridstat_dot_v1_dot_broker__pb2.ListVariablesRequest.SerializeToString,
+                response_deserializer=gridstat_dot_v1_dot_broker__pb2.ListVariablesReply.FromString,
+                _registered_method=True)
 
 
 class SegmentsServicer:
@@ -1579,6 +1584,15 @@ class SegmentsServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListVariables(self, request, context):
+        """The publications under a broker that `where` matches (a leaf: its cloud's; a parent: every cloud
+        below it), each with its cloud: what a leaf's standing query subscriptions match in other clouds
+        (docs/queries.md, "Across clouds").
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SegmentsServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -1606,6 +1620,11 @@ def add_SegmentsServicer_to_server(servicer, server):
                     servicer.ReportBroken,
                     request_deserializer=gridstat_dot_v1_dot_broker__pb2.ReportBrokenRequest.FromString,
                     response_serializer=gridstat_dot_v1_dot_broker__pb2.ReportBrokenReply.SerializeToString,
+            ),
+            'ListVariables': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListVariables,
+                    request_deserializer=gridstat_dot_v1_dot_broker__pb2.ListVariablesRequest.FromString,
+                    response_serializer=gridstat_dot_v1_dot_broker__pb2.ListVariablesReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1748,6 +1767,33 @@ class Segments:
             '/gridstat.v1.Segments/ReportBroken',
             gridstat_dot_v1_dot_broker__pb2.ReportBrokenRequest.SerializeToString,
             gridstat_dot_v1_dot_broker__pb2.ReportBrokenReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListVariables(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gridstat.v1.Segments/ListVariables',
+            gridstat_dot_v1_dot_broker__pb2.ListVariablesRequest.SerializeToString,
+            gridstat_dot_v1_dot_broker__pb2.ListVariablesReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -125,6 +125,74 @@ podAntiAffinity:
 {{- if .Capabilities.APIVersions.Has "monitoring.coreos.com/v1/PrometheusRule" }}true{{ end -}}
 {{- end -}}
 
+{{/* Whether the cluster serves the Prometheus Operator's PodMonitor ("true" or ""); input: the root context. */}}
+{{- define "gridstat.podMonitorServed" -}}
+{{- if .Capabilities.APIVersions.Has "monitoring.coreos.com/v1/PodMonitor" }}true{{ end -}}
+{{- end -}}
+
+{{/*
+Relabelings of every scrape endpoint (ServiceMonitors and the subscribers' PodMonitor): `cloud` from
+the pod label gridstat.io/cloud (leaf brokers, routers, subscriber pods; none for the parent and the
+admission controller) and `utility` from gridstat.io/utility, then serviceMonitor.relabelings. The
+Prometheus Operator adds `namespace` itself. The dashboards select on `namespace` and `cloud`
+(docs/telemetry.md, "Kubernetes"). input: the root context.
+*/}}
+{{- define "gridstat.scrapeRelabelings" -}}
+- sourceLabels: [__meta_kubernetes_pod_label_gridstat_io_cloud]
+  targetLabel: cloud
+- sourceLabels: [__meta_kubernetes_pod_label_gridstat_io_utility]
+  targetLabel: utility
+{{- with .Values.serviceMonitor.relabelings }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/*
+Telemetry flags of a role (docs/telemetry.md, "The exporter") when telemetry.kafka.bootstrap is set:
+--kafka, the sampling period and buffer, and an exporter id unique among the processes exporting to
+that Kafka and stable across restarts, `<namespace>/<exporter>` (a StatefulSet pod's name, or a
+single-replica workload's). input: (dict "root" $ "exporter" "rel-gridstat-broker-a-0"). output:
+"- --flag" items.
+*/}}
+{{- define "gridstat.kafkaArgs" -}}
+{{- $t := .root.Values.telemetry -}}
+{{- if $t.kafka.bootstrap }}
+- {{ printf "--kafka=%s" $t.kafka.bootstrap | quote }}
+- {{ printf "--telemetry-exporter=%s/%s" .root.Release.Namespace .exporter | quote }}
+- --telemetry-interval-ms={{ int64 $t.intervalMs }}
+- --telemetry-buffer={{ int64 $t.bufferRecords }}
+{{- end }}
+{{- end -}}
+
+{{/* Whether the release runs subscriber pods that serve /metrics ("true" or ""): PDC servers, the
+     archive, the condensation host. input: the root context. */}}
+{{- define "gridstat.hasSubscriberPods" -}}
+{{- if or .Values.c37118.pdcServers .Values.archive.enabled .Values.condensationHost.enabled }}true{{ end -}}
+{{- end -}}
+
+{{/*
+The head of a Spark job's container (docs/kubernetes.md, "Telemetry, archive and Spark jobs"): image,
+security context, environment (GRIDSTAT_SCHEMAS; HOME and Spark's scratch space on the /tmp emptyDir,
+the root filesystem being read-only) and `args:` up to the job's file; the caller appends the job's
+own arguments as "- ..." items. input: (dict "root" $ "job" "qos_alerts.py").
+*/}}
+{{- define "gridstat.sparkContainer" -}}
+{{- $s := .root.Values.spark -}}
+image: {{ printf "%s:%s" $s.image.repository $s.image.tag | quote }}
+imagePullPolicy: {{ $s.image.pullPolicy | quote }}
+securityContext:
+  {{- toYaml .root.Values.containerSecurityContext | nindent 2 }}
+env:
+  - {name: GRIDSTAT_SCHEMAS, value: {{ $s.schemasDir | quote }}}
+  - {name: HOME, value: /tmp}
+  - {name: SPARK_LOCAL_DIRS, value: /tmp/spark}
+  - {name: SPARK_LOCAL_IP, value: 127.0.0.1}
+args:
+  - {{ $s.submit | quote }}
+  {{- include "gridstat.argList" $s.submitArgs | nindent 2 }}
+  - {{ printf "%s/%s" (trimSuffix "/" $s.jobsDir) .job | quote }}
+{{- end -}}
+
 {{/* In-cluster address of the parent broker. input: the root context. */}}
 {{- define "gridstat.parentAddress" -}}
 {{- printf "%s.%s.svc:%d" (include "gridstat.roleName" (dict "root" . "role" "parent")) .Release.Namespace (int .Values.broker.port) -}}
@@ -393,6 +461,7 @@ key and the fix. Called from NOTES.txt and from the operator's Deployment, so it
 {{- $messages = append $messages (include "gridstat.validateValues.dataPlaneAuth" .) -}}
 {{- $messages = append $messages (include "gridstat.validateValues.condensationHost" .) -}}
 {{- $messages = append $messages (include "gridstat.validateValues.c37118" .) -}}
+{{- $messages = append $messages (include "gridstat.validateValues.telemetry" .) -}}
 {{- $messages = without $messages "" -}}
 {{- if $messages -}}
 {{- printf "\nVALUES VALIDATION:\n%s" (join "\n" $messages) | fail -}}
@@ -507,6 +576,39 @@ c37118.{{ $kind }}[{{ $i }}].edgeRouter: {{ $item.edgeRouter | quote }} is not a
 {{- if and (eq $kind "gateways") (not $item.device) (not (has $item.simulator $sims)) }}
 c37118.gateways[{{ $i }}]: give device (HOST:PORT) or simulator (one of c37118.simulators: {{ $sims | toJson }}).
 {{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Kafka telemetry, the archive and the Spark jobs (docs/kubernetes.md, "Telemetry, archive and Spark jobs"). */}}
+{{- define "gridstat.validateValues.telemetry" -}}
+{{- $root := . -}}
+{{- $k := .Values.telemetry.kafka -}}
+{{- range $what := list "tls" "sasl" -}}
+{{- if (index $k $what).secretName }}
+telemetry.kafka.{{ $what }}.secretName: the roles' Kafka client (gridstat.telemetry, aiokafka) has no {{ upper $what }} options yet, so the chart cannot pass this Secret to it; reach Kafka over a plaintext listener on a trusted network (a NetworkPolicy around it) and leave telemetry.kafka.{{ $what }}.secretName empty (docs/kubernetes.md, "Telemetry, archive and Spark jobs").
+{{- end -}}
+{{- end -}}
+{{- range $what := list (list "archive.enabled" .Values.archive.enabled) (list "spark.compliance.enabled" .Values.spark.compliance.enabled) (list "spark.alerts.enabled" .Values.spark.alerts.enabled) -}}
+{{- if and (index $what 1) (not $k.bootstrap) }}
+{{ index $what 0 }}: needs telemetry.kafka.bootstrap, the Kafka it {{ if eq (index $what 0) "archive.enabled" }}writes to{{ else }}reads{{ end }} (HOST:PORT[,HOST:PORT]).
+{{- end -}}
+{{- end -}}
+{{- if and (or .Values.spark.compliance.enabled .Values.spark.alerts.enabled) (not (and .Values.spark.image.repository .Values.spark.image.tag)) }}
+spark.image: the Spark jobs need an image with Spark, its Kafka source (spark-sql-kafka-0-10) and the jobs of spark/: set spark.image.repository and spark.image.tag (docs/kubernetes.md, "Telemetry, archive and Spark jobs").
+{{- end -}}
+{{- if .Values.archive.enabled -}}
+{{- if not .Values.archive.variables }}
+archive.variables: name what to archive, PUBLISHER/VARIABLE[:INTERVAL_MS] each.
+{{- end -}}
+{{- if .Values.tls.enabled }}
+archive.enabled: `gridstat archive` has no TLS client options yet (--tls-ca/--tls-cert/--tls-key), so it cannot reach an edge router under tls.enabled; run it where mTLS is off (security.insecure) or archive with a subscriber of your own (docs/kubernetes.md, "Telemetry, archive and Spark jobs").
+{{- end -}}
+{{- $cloud := default (index .Values.clouds 0).name .Values.archive.cloud -}}
+{{- $edge := false -}}
+{{- range .Values.clouds }}{{ if eq .name $cloud }}{{ range .routers }}{{ if and (eq .name $root.Values.archive.edgeRouter) (has .role (list "edge" "edge-border")) }}{{ $edge = true }}{{ end }}{{ end }}{{ end }}{{ end -}}
+{{- if not $edge }}
+archive.edgeRouter: {{ .Values.archive.edgeRouter | quote }} is not an edge router of cloud {{ $cloud | quote }}.
 {{- end -}}
 {{- end -}}
 {{- end -}}

@@ -100,8 +100,9 @@ def test_one_workload_per_role_with_probes_pdbs_policies_and_least_privilege(too
     assert sorted(n for k, n in kinds if k == "PodDisruptionBudget") == [
         "rel-gridstat-admission", "rel-gridstat-broker-a", "rel-gridstat-broker-b", "rel-gridstat-operator",
         "rel-gridstat-parent", "rel-gridstat-router-a", "rel-gridstat-router-b"]
-    # default deny, brokers, routers, edge proxies, admission, operator, condensation host
-    assert sum(k == "NetworkPolicy" for k, _ in kinds) == 7
+    # default deny, brokers, routers, edge proxies, admission, operator, condensation host, the subscriber
+    # pods' /metrics (the condensation host's)
+    assert sum(k == "NetworkPolicy" for k, _ in kinds) == 8
     (role,) = [d for d in docs if d["kind"] == "Role"]
     resources = {r for rule in role["rules"] for r in rule["resources"]}
     assert "secrets" not in resources and "pods" not in resources

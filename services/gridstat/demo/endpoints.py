@@ -161,10 +161,10 @@ class SubscriptionEndpoint:
                 v.full_name, v.type_spec, interval_ms=s.interval_ms, latency_ms=s.latency_ms,
                 redundancy=s.redundancy, priority=v.priority, on_event=self._on_event)
         except SubscriptionRejected as exc:
-            self.reject(exc.reason, str(exc), exc.offer)
+            self.reject(exc.reason, exc.message, exc.offer)
             return
         except GridStatError as exc:
-            self.status, self.reason, self.message = "failed", exc.reason, str(exc)
+            self.status, self.reason, self.message = "failed", exc.reason, exc.message
             return
         self.status = "admitted"
 

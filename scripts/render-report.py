@@ -56,7 +56,7 @@ def synthetic(seed: int = 7) -> tuple[list[dict[str, Any]], list[dict[str, Any]]
         _row("ems-west", "pmu-a1/freq", 0, p50=6, p99=9, p999=10, worst=11, t0=t0, t1=t1),
         _row("ems-west", "pmu-a1/freq", 1, interval=40, bound=60, p50=5, p99=8, p999=9, worst=9, t0=t0, t1=t1),
         _row("protection-relay-coordinator", "substation-bus-17/voltage-angle", 0, p50=7, p99=24, p999=58,
-             worst=58, over=2 / 30_000, t0=t0, t1=t1),
+             worst=58, over=40 / 30_050, t0=t0, t1=t1),
         _row("wams", "pmu-b2/freq", 0, p50=5, p99=9, p999=12, worst=14, gaps=2, delivered_interval=20.0, t0=t0,
              t1=t1),
         _row("scada-east", "rtu-9/breaker", 0, interval=100, bound=100, p50=20, p99=40, p999=55, worst=61,

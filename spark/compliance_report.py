@@ -112,7 +112,7 @@ def annotate(row: Mapping[str, Any]) -> dict[str, Any]:
 
 def ordered(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Breaches first (highest latency ratio first), then the compliant by subscription and mode."""
-    rs = [annotate(r) if "reasons" not in r else dict(r) for r in rows]
+    rs = [annotate(r) if "why" not in r else dict(r) for r in rows]
     return sorted(rs, key=lambda r: (bool(r.get("compliant")), -(r.get("latency_ratio") or 0.0)
                                      if not r.get("compliant") else 0.0, str(r["subscription"]), int(r["mode"])))
 
@@ -178,17 +178,21 @@ def bound_chart(rows: Sequence[Mapping[str, Any]]) -> bytes | None:
     if not kinds:
         return None
     shown = {k: _bars(by_kind[k]) for k in kinds}
-    heights = [max(2, len(shown[k][0])) * 0.34 + 0.9 for k in kinds]
-    fig, axes = plt.subplots(len(kinds), 2, figsize=(11, sum(heights) + 0.4 * len(kinds)), squeeze=False,
+    rows_drawn = [max(2, len(shown[k][0]) + (1 if shown[k][1] else 0)) for k in kinds]
+    heights = [n * 0.3 + 0.3 for n in rows_drawn]
+    gap, top, bottom = 0.9, 0.35, 0.95  # inches: between panels, above, below (axis label and legend)
+    total = sum(heights) + gap * (len(kinds) - 1) + top + bottom
+    fig, axes = plt.subplots(len(kinds), 2, figsize=(11, total), squeeze=False,
                              gridspec_kw={"width_ratios": [2.4, 1], "height_ratios": heights, "wspace": 0.04,
-                                          "hspace": 0.55})
+                                          "hspace": gap / (sum(heights) / len(kinds))})
+    fig.subplots_adjust(top=1 - top / total, bottom=bottom / total)
     ratios = [v for k in kinds for r in shown[k][0] for v in (r["latency_ratio"], r["worst_latency_ratio"]) if v]
     lo = min([0.1, *[v * 0.7 for v in ratios]])
     hi = max([5.0, *[v * 4.0 for v in ratios]])
     for i, k in enumerate(kinds):
         chosen, more = shown[k]
         ax, dax = axes[i][0], axes[i][1]
-        y = list(range(len(chosen)))[::-1]
+        y = [n + (1 if more else 0) for n in range(len(chosen))][::-1]
         for yy, r in zip(y, chosen, strict=True):
             ratio, worst = r["latency_ratio"], r["worst_latency_ratio"]
             late = ratio is not None and ratio > 1
@@ -218,16 +222,21 @@ def bound_chart(rows: Sequence[Mapping[str, Any]]) -> bytes | None:
         ax.set_xlim(lo, hi)
         _log_ticks(ax, lo, hi)
         ax.axvline(1.0, color=BOUND_COLOUR, linestyle="--", linewidth=1.2)
-        ax.set_yticks(y, [label(r) for r in chosen], fontsize=8)
-        for tick, r in zip(ax.get_yticklabels(), chosen, strict=True):
+        ticks, names = list(y), [label(r) for r in chosen]
+        if more:
+            ticks.append(0)
+            names.append(f"… {more} more, compliant: in the table")
+        ax.set_yticks(ticks, names, fontsize=8)
+        for tick, r in zip(ax.get_yticklabels(), chosen, strict=False):
             if not r.get("compliant"):
                 tick.set_color(BAD_COLOUR)
                 tick.set_fontweight("bold")
-        ax.set_ylim(-0.7, max(len(chosen), 2) - 0.3)
+        if more:
+            ax.get_yticklabels()[-1].set_color("#757575")
+            ax.get_yticklabels()[-1].set_fontstyle("italic")
+        ax.set_ylim(-0.7, max(len(ticks), 2) - 0.3)
         bad = sum(1 for r in by_kind[k] if not r.get("compliant"))
         title = f"{k.capitalize()} subscriptions: {bad} of {len(by_kind[k])} not compliant"
-        if more:
-            title += f" ({more} more compliant in the table)"
         ax.set_title(title, loc="left", color=BAD_COLOUR if bad else BOUND_COLOUR)
         ax.grid(axis="x", which="major", color="#e0e0e0", linewidth=0.8)
         dax.set_xlim(0, 110)
@@ -245,7 +254,7 @@ def bound_chart(rows: Sequence[Mapping[str, Any]]) -> bytes | None:
                         Line2D([], [], marker="D", color=BOUND_COLOUR, linestyle="", markersize=4,
                                label="worst event ÷ bound"),
                         Line2D([], [], color=BOUND_COLOUR, linestyle="--", label=f"the bound (1{X}), 100 %")],
-               loc="upper center", ncol=4, frameon=False, bbox_to_anchor=(0.5, 0.0))
+               loc="lower center", ncol=4, frameon=False, bbox_to_anchor=(0.5, 0.0))
     data = _png(fig)
     plt.close(fig)
     return data
@@ -295,9 +304,9 @@ def timeline_chart(rows: Sequence[Mapping[str, Any]], timeline: Sequence[Mapping
                 name = label({"subscriber": r.get("subscriber", key[1]), "variable": r.get("variable", ""),
                               "mode": key[2]}, 40) if r else f"{key[1]} · m{key[2]}"
                 ax.plot(xs, ys, linewidth=1.5 if bad else 0.8, alpha=1.0 if bad else 0.7,
-                        color=palette[n % len(palette)], label=name + tag, zorder=2 if bad else 1)
+                        color=palette[n % len(palette)], label=name + tag, zorder=3 if bad else 2)
             else:
-                ax.plot(xs, ys, linewidth=0.8, color="#bdbdbd",
+                ax.plot(xs, ys, linewidth=0.8, color="#d5d5d5", zorder=1,
                         label=f"{len(keys) - MAX_LINES} more" if n == MAX_LINES else None)
             gx = [p[0] for p in pts if p[2]]
             gy = [max(p[1], lo) for p in pts if p[2]]

@@ -5,11 +5,16 @@
 Reads every delivery sample (``gridstat.telemetry.delivery``), drop record, admission decision
 and export gap now in Kafka with Spark's Kafka source, and writes under ``--out``:
 
-* ``compliance/`` (parquet): one row per subscription and mode -- delivered interval against the
-  requested one, latency p50 / p99 / p99.9 and the share of events over the bound, gaps,
-  duplicates, violations, delivered against expected events, and a verdict;
+* ``compliance/`` (parquet): one row per subscription and mode -- its kind (``archive`` when
+  ``gridstat archive`` exported the samples, role ``archive``; else ``operational``), delivered
+  interval against the requested one, latency p50 / p99 / p99.9 and the share of events over the
+  bound, p99.9 and the worst latency as ratios to the bound, gaps, duplicates, violations,
+  delivered against expected events, a verdict and the reasons of a breach (``late``, ``gaps``,
+  ``under-delivered``);
 * ``drops/`` (parquet): drops per role, source, channel and reason;
-* ``report.html`` with plots (PNG files beside it, embedded too) and the tables.
+* ``report.html`` (plots embedded, their PNG files beside it), ``report.png`` (the same page as one
+  image) and ``report-rows.json`` (what the page was made from; ``scripts/render-report.py --from``
+  renders it again). The page is ``compliance_report.py``'s.
 
 A subscription complies in a mode when its p99.9 latency is within the bound, no expected event
 was skipped (gaps), and its mean delivered interval is within ``--interval-tolerance`` of the
@@ -20,24 +25,28 @@ delivers at least once).
 from __future__ import annotations
 
 import argparse
-import base64
-import html
-import io
+import json
 import sys
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import compliance_report as report
 import telemetry_io as tio
+
+
+def kind(role: str = "role") -> Column:
+    """``archive`` for samples the archive role exported, else ``operational`` (compliance_report.kind_of)."""
+    return F.when(F.col(role) == "archive", F.lit("archive")).otherwise(F.lit("operational"))
 
 
 def compliance(deliveries: DataFrame, *, interval_tolerance: float = 0.02) -> DataFrame:
     """One row per (subscription, mode) from parsed delivery samples."""
-    keys = ["subscription", "subscriber", "variable", "mode"]
-    d = deliveries.where(F.col("in_mode") | F.col("in_mode").isNull())
+    keys = ["subscription", "subscriber", "variable", "mode", "kind"]
+    d = deliveries.where(F.col("in_mode") | F.col("in_mode").isNull()).withColumn("kind", kind())
     weighted = F.when(F.col("delivered_interval_ms").isNotNull(), F.col("delivered"))
     base = d.groupBy(*keys).agg(
         F.count(F.lit(1)).alias("samples"),
@@ -72,9 +81,19 @@ def compliance(deliveries: DataFrame, *, interval_tolerance: float = 0.02) -> Da
     interval_ok = F.coalesce(
         F.col("delivered_interval_ms") <= F.col("requested_interval_ms") * (1 + interval_tolerance), F.lit(False))
     gaps_ok = F.col("gaps") == 0
-    return (out.withColumn("latency_ok", latency_ok).withColumn("interval_ok", interval_ok)
-            .withColumn("gaps_ok", gaps_ok)
-            .withColumn("compliant", latency_ok & interval_ok & gaps_ok)
+    verdict = (out.withColumn("latency_ok", latency_ok).withColumn("interval_ok", interval_ok)
+               .withColumn("gaps_ok", gaps_ok)
+               .withColumn("compliant", latency_ok & interval_ok & gaps_ok))
+    # the reasons as compliance_report.reasons says them, from its table of reasons and verdict columns
+    listed = F.filter(F.array(*(F.when(~F.col(ok), F.lit(name)) for name, ok in report.REASONS)),
+                      lambda c: c.isNotNull())
+    reasons = (F.when(F.col("compliant"), F.array().cast("array<string>"))
+               .when(F.coalesce(F.col("delivered"), F.lit(0)) == 0, F.array(F.lit("nothing delivered")))
+               .otherwise(listed))
+    return (verdict
+            .withColumn("latency_ratio", F.col("latency_p999_ms") / F.col("latency_bound_ms"))
+            .withColumn("worst_latency_ratio", F.col("latency_max_ms") / F.col("latency_bound_ms"))
+            .withColumn("reasons", reasons)
             .orderBy("subscription", "mode"))
 
 
@@ -84,106 +103,8 @@ def drops_table(drops: DataFrame) -> DataFrame:
             .orderBy(F.desc("dropped")))
 
 
-def _png(fig: Any) -> bytes:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
-    return buf.getvalue()
-
-
-def _plots(rows: list[dict[str, Any]], timeline: list[dict[str, Any]]) -> dict[str, bytes]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    out: dict[str, bytes] = {}
-    if not rows:
-        return out
-    labels = [f"{r['subscription']} m{r['mode']}" for r in rows]
-    x = list(range(len(rows)))
-    fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(rows) + 2), 4))
-    w = 0.2
-    for i, (key, name) in enumerate((("latency_p50_ms", "p50"), ("latency_p99_ms", "p99"),
-                                     ("latency_p999_ms", "p99.9"), ("latency_bound_ms", "bound"))):
-        ax.bar([v + (i - 1.5) * w for v in x], [float(r[key] or 0) for r in rows], w, label=name)
-    ax.set_xticks(x, labels, rotation=30, ha="right", fontsize=8)
-    ax.set_ylabel("latency (ms)")
-    ax.set_title("Latency percentiles against the bound")
-    ax.legend()
-    out["latency.png"] = _png(fig)
-    plt.close(fig)
-
-    fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(rows) + 2), 4))
-    ax.bar([v - 0.2 for v in x], [float(r["requested_interval_ms"] or 0) for r in rows], 0.4, label="requested")
-    ax.bar([v + 0.2 for v in x], [float(r["delivered_interval_ms"] or 0) for r in rows], 0.4, label="delivered")
-    ax.set_xticks(x, labels, rotation=30, ha="right", fontsize=8)
-    ax.set_ylabel("interval (ms)")
-    ax.set_title("Delivered interval against requested")
-    ax.legend()
-    out["interval.png"] = _png(fig)
-    plt.close(fig)
-
-    if timeline:
-        fig, ax = plt.subplots(figsize=(9, 4))
-        by: dict[str, list[tuple[int, float]]] = {}
-        for t in timeline:
-            by.setdefault(t["subscription"], []).append((int(t["ts_ms"]), float(t["max_latency_ms"])))
-        t0 = min(ts for pts in by.values() for ts, _ in pts)
-        for sub, pts in sorted(by.items()):
-            pts.sort()
-            ax.plot([(ts - t0) / 1000 for ts, _ in pts], [v for _, v in pts], label=sub, linewidth=1)
-        ax.set_xlabel("seconds")
-        ax.set_ylabel("max latency per sample (ms)")
-        ax.set_title("Latency over time")
-        ax.legend(fontsize=7)
-        out["timeline.png"] = _png(fig)
-        plt.close(fig)
-    return out
-
-
-def _table(rows: list[dict[str, Any]], cols: list[str]) -> str:
-    def cell(v: Any) -> str:
-        if isinstance(v, float):
-            return f"{v:.3f}"
-        return html.escape(str(v))
-
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
-    body = []
-    for r in rows:
-        bad = r.get("compliant") is False
-        style = ' class="bad"' if bad else ""
-        body.append(f"<tr{style}>" + "".join(f"<td>{cell(r.get(c))}</td>" for c in cols) + "</tr>")
-    return f"<table><tr>{head}</tr>{''.join(body)}</table>"
-
-
-def write_report(out: Path, rows: list[dict[str, Any]], drops: list[dict[str, Any]],
-                 decisions: list[dict[str, Any]], gaps: list[dict[str, Any]], timeline: list[dict[str, Any]]) -> Path:
-    """report.html (and its PNG plots) under ``out``."""
-    plots = _plots(rows, timeline)
-    for name, data in plots.items():
-        (out / name).write_bytes(data)
-    imgs = "".join(f'<figure><img alt="{n}" src="data:image/png;base64,{base64.b64encode(d).decode()}"/>'
-                   f"<figcaption>{n}</figcaption></figure>" for n, d in plots.items())
-    ok = sum(1 for r in rows if r["compliant"])
-    cols = ["subscription", "mode", "compliant", "requested_interval_ms", "delivered_interval_ms", "delivery_ratio",
-            "latency_bound_ms", "latency_p50_ms", "latency_p99_ms", "latency_p999_ms", "over_bound_fraction",
-            "gaps", "duplicates", "violations", "samples"]
-    page = f"""<!doctype html><html><head><meta charset="utf-8"><title>GridStat QoS compliance</title>
-<style>body{{font-family:sans-serif;margin:2em}} table{{border-collapse:collapse;font-size:12px}}
-td,th{{border:1px solid #ccc;padding:3px 6px;text-align:right}} tr.bad td{{background:#fdd}}
-figure{{display:inline-block;margin:1em}}</style></head><body>
-<h1>GridStat QoS compliance</h1>
-<p>{ok} of {len(rows)} subscription-modes comply (p99.9 latency within the bound, no gaps, delivered interval
-within tolerance of the requested one).</p>
-<h2>Per subscription and mode</h2>{_table(rows, cols)}
-<h2>Plots</h2>{imgs}
-<h2>Drops by reason</h2>{_table(drops, ["role", "source", "channel", "reason", "dropped"])}
-<h2>Admission decisions</h2>{_table(decisions, ["decision", "reason", "count"])}
-<h2>Telemetry export gaps</h2>{_table(gaps, ["role", "source", "from_ms", "to_ms", "lost"])}
-</body></html>"""
-    path = out / "report.html"
-    path.write_text(page)
-    return path
+#: The report's timeline: at most this many delivery samples, the latest.
+TIMELINE_POINTS = 50_000
 
 
 def run(spark: SparkSession, bootstrap: str, out: Path, *, interval_tolerance: float = 0.02) -> list[dict[str, Any]]:
@@ -197,12 +118,16 @@ def run(spark: SparkSession, bootstrap: str, out: Path, *, interval_tolerance: f
     decisions = (tio.read_records(spark, bootstrap, "admission").groupBy("decision", "reason").count()
                  .orderBy("decision", "reason"))
     gaps = tio.read_records(spark, bootstrap, "gap").select("role", "source", "from_ms", "to_ms", "lost")
-    timeline = (deliveries.where(F.size("latency_ms") > 0)
-                .select("subscription", "ts_ms", F.array_max("latency_ms").alias("max_latency_ms"))
-                .orderBy("ts_ms").limit(20_000))
+    timeline = (deliveries.where((F.size("latency_ms") > 0) & (F.col("in_mode") | F.col("in_mode").isNull()))
+                .select("subscription", "mode", kind().alias("kind"), "ts_ms", "latency_bound_ms", "gaps",
+                        F.array_max("latency_ms").alias("max_latency_ms"))
+                .orderBy(F.desc("ts_ms")).limit(TIMELINE_POINTS))
     rows = [r.asDict() for r in spark.read.parquet(str(out / "compliance")).orderBy("subscription", "mode").collect()]
-    write_report(out, rows, [r.asDict() for r in drops.collect()], [r.asDict() for r in decisions.collect()],
-                 [r.asDict() for r in gaps.collect()], [r.asDict() for r in timeline.collect()])
+    found = {"rows": rows, "drops": [r.asDict() for r in drops.collect()],
+             "decisions": [r.asDict() for r in decisions.collect()], "gaps": [r.asDict() for r in gaps.collect()],
+             "timeline": [r.asDict() for r in timeline.collect()]}
+    (out / "report-rows.json").write_text(json.dumps(found, default=str))
+    report.write(out, rows, found["drops"], found["decisions"], found["gaps"], found["timeline"])
     deliveries.unpersist()
     return rows
 
@@ -220,9 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"COMPLIANCE subscription_modes={len(rows)} compliant={len(rows) - len(bad)} "
           f"report={Path(args.out) / 'report.html'}")
     for r in bad:
-        print(f"  NOT COMPLIANT {r['subscription']} mode={r['mode']} p999={r['latency_p999_ms']} "
-              f"bound={r['latency_bound_ms']} gaps={r['gaps']} interval={r['delivered_interval_ms']}"
-              f"/{r['requested_interval_ms']}")
+        print(f"  NOT COMPLIANT {r['kind']} {r['subscription']} {report.why(r)}")
     spark.stop()
     return 0
 

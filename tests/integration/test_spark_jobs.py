@@ -61,9 +61,10 @@ async def export(bootstrap: str, role: str, source: str, items: list[tuple[str, 
 
 def test_qos_compliance_report_under_spark_submit(kafka: KafkaProc, spark: Any, tmp_path: Path) -> None:
     tag = uuid.uuid4().hex[:6]
-    good, slow, gappy = f"good-{tag}", f"slow-{tag}", f"gappy-{tag}"
+    good, slow, gappy, relay, archive = f"good-{tag}", f"slow-{tag}", f"gappy-{tag}", f"relay-{tag}", f"archive-{tag}"
     t0 = records.now_ms()
     items: list[tuple[str, str, dict[str, Any]]] = []
+    archived: list[tuple[str, str, dict[str, Any]]] = []
     for k in range(10):
         ts = t0 + 1000 * k
         fast = [2 + (i % 9) for i in range(50)]
@@ -76,9 +77,16 @@ def test_qos_compliance_report_under_spark_submit(kafka: KafkaProc, spark: Any, 
         items.append((records.TOPICS.delivery, gappy, sample(gappy, latencies=[3] * (48 if k == 5 else 50),
                                                              gaps=2 if k == 5 else 0, violations=1 if k == 5 else 0,
                                                              delivered_interval=20.8 if k == 5 else 20.0, ts_ms=ts)))
+        # a 58 ms breach of a 30 ms bound (twice in 500 events: p99.9 is 58 ms) ...
+        items.append((records.TOPICS.delivery, relay, sample(relay, latencies=[5] * 49 + [58 if k in (2, 8) else 6],
+                                                             ts_ms=ts)))
+        # ... beside the archive's own subscription, 800 ms late against its 1,000 ms bound, compliant
+        archived.append((records.TOPICS.delivery, archive, sample(archive, interval=100, bound=1000,
+                                                                  latencies=[800] * 10, ts_ms=ts)))
     items.append((records.TOPICS.drops, "router/x", records.drops(channel="sub:x", reason="queue_full", count=7,
                                                                   total=7)))
     asyncio.run(export(kafka.bootstrap, "subscriber", f"spark-test-{tag}", items))
+    asyncio.run(export(kafka.bootstrap, "archive", f"archive-{tag}", archived))
     out = tmp_path / "report"
     proc = subprocess.run([str(ROOT / "scripts" / "spark-submit.sh"), str(ROOT / "spark" / "qos_compliance.py"),
                            "--kafka", kafka.bootstrap, "--out", str(out)],
@@ -100,9 +108,25 @@ def test_qos_compliance_report_under_spark_submit(kafka: KafkaProc, spark: Any, 
     assert gp["violations"] == 1 and gp["delivered"] == 498
     drops = [r.asDict() for r in spark.read.parquet(str(out / "drops")).collect()]
     assert any(r["reason"] == "queue_full" and r["source"] == f"spark-test-{tag}" and r["dropped"] == 7 for r in drops)
+    # the breach, against its own bound and with its reason; operational and archive apart
+    r = rows[(f"{relay}/pmu1/freq", 0)]
+    assert (r["kind"], r["compliant"], r["latency_p999_ms"], r["reasons"]) == ("operational", False, 58.0, ["late"])
+    assert round(r["latency_ratio"], 2) == 1.93 and r["worst_latency_ratio"] == pytest.approx(58 / 30)
+    a = rows[(f"{archive}/pmu1/freq", 0)]
+    assert (a["kind"], a["compliant"], a["reasons"], a["latency_ratio"]) == ("archive", True, [], 0.8)
+    assert {rows[(f"{gappy}/pmu1/freq", 0)]["kind"], g0["kind"]} == {"operational"}
+    assert rows[(f"{gappy}/pmu1/freq", 0)]["reasons"] == ["gaps"] and s["reasons"] == ["late"]
+    assert f"NOT COMPLIANT operational {relay}/pmu1/freq mode 0: late: p99.9 58 ms = 1.93" in proc.stdout
     report = (out / "report.html").read_text()
-    assert report.count("data:image/png;base64,") == 3 and f"{slow}/pmu1/freq" in report
-    assert (out / "latency.png").stat().st_size > 1000
+    assert report.count("data:image/png;base64,") == 2 and f"{slow} \u2192 pmu1/freq" in report
+    assert f"<b>{relay} \u2192 pmu1/freq</b> mode 0: late: p99.9 58 ms = 1.93\u00d7 the 30 ms bound" in report
+    arch = report.index("<h3>Archive subscriptions</h3>")
+    assert (report.index(f"<td>{relay} \u2192 pmu1/freq</td>") < arch
+            < report.index(f"<td>{archive} \u2192 pmu1/freq</td>"))
+    for name in ("latency.png", "timeline.png", "report.png"):
+        assert (out / name).stat().st_size > 1000
+    saved = json.loads((out / "report-rows.json").read_text())
+    assert any(t["subscription"] == f"{relay}/pmu1/freq" and t["max_latency_ms"] == 58 for t in saved["timeline"])
 
 
 def test_alerts_reach_kafka_seconds_after_the_violation(kafka: KafkaProc, spark: Any, spark_jobs: Path,

@@ -15,12 +15,14 @@ RUN apt-get update -q \
 COPY deploy/image/ca/ /usr/local/share/ca-certificates/
 RUN update-ca-certificates >/dev/null
 ENV PIP_CERT=/etc/ssl/certs/ca-certificates.crt
-# Dependencies first (a layer that changes only with the pins), then the code.
+# Dependencies first (a layer that changes only with the pins), then the code. The extras: `fast`
+# (uvloop) and `sttp` (sttpapi and numpy, for `gridstat sttp-server` and `sttp-gateway`, docs/sttp.md).
 COPY services/pyproject.toml services/constraints.txt /src/services/
 COPY operator/pyproject.toml /src/operator/
 RUN python3 -c 'import tomllib; \
 deps = [d for p in ("/src/services/pyproject.toml", "/src/operator/pyproject.toml") \
-        for d in (lambda t: t["dependencies"] + t.get("optional-dependencies", {}).get("fast", []))( \
+        for d in (lambda t: t["dependencies"] + [d for x in ("fast", "sttp") \
+                                                 for d in t.get("optional-dependencies", {}).get(x, [])])( \
             tomllib.load(open(p, "rb"))["project"]) if not d.startswith("gridstat")]; \
 print("\n".join(deps))' > /tmp/requirements.txt \
     && pip install -q -c /src/services/constraints.txt -r /tmp/requirements.txt
@@ -44,7 +46,7 @@ COPY --from=builder /opt/gridstat /opt/gridstat
 # points start; neither the venv nor the system Python can import an installer.
 RUN test "$(id -u gridstat):$(id -g gridstat)" = "10001:10001" \
     && gridstat --help >/dev/null && gridstat-operator --help >/dev/null \
-    && python3 -c "import gridstat_operator.handlers" \
+    && python3 -c "import gridstat_operator.handlers, sttp.subscriber" \
     && for py in python3 /usr/bin/python3; do \
          $py -c 'import importlib.util as u, sys; \
 bad = [m for m in ("pip", "setuptools", "wheel", "pkg_resources") if u.find_spec(m)]; \

@@ -255,6 +255,7 @@ authorization reads (docs/security.md, "Control by role"). input: the role.
 {{- if .Values.admission.enabled }}{{ $roles = append $roles "admission" }}{{ end -}}
 {{- if .Values.history.enabled }}{{ $roles = append $roles "history" }}{{ end -}}
 {{- if .Values.condensationHost.enabled }}{{ $roles = append $roles "condense" }}{{ end -}}
+{{- if .Values.archive.enabled }}{{ $roles = append $roles "archive" }}{{ end -}}
 {{- range .Values.c37118.gateways }}{{ $roles = append $roles (printf "pmu-gateway-%s" .name) }}{{ end -}}
 {{- range .Values.c37118.pdcServers }}{{ $roles = append $roles (printf "pdc-%s" .name) }}{{ end -}}
 {{- toJson $roles -}}
@@ -600,9 +601,6 @@ spark.image: the Spark jobs need an image with Spark, its Kafka source (spark-sq
 {{- if .Values.archive.enabled -}}
 {{- if not .Values.archive.variables }}
 archive.variables: name what to archive, PUBLISHER/VARIABLE[:INTERVAL_MS] each.
-{{- end -}}
-{{- if .Values.tls.enabled }}
-archive.enabled: `gridstat archive` has no TLS client options yet (--tls-ca/--tls-cert/--tls-key), so it cannot reach an edge router under tls.enabled; run it where mTLS is off (security.insecure) or archive with a subscriber of your own (docs/kubernetes.md, "Telemetry, archive and Spark jobs").
 {{- end -}}
 {{- $cloud := default (index .Values.clouds 0).name .Values.archive.cloud -}}
 {{- $edge := false -}}

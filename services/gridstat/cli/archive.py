@@ -9,7 +9,9 @@ and ``--latency-ms``, and writes every delivered value as a ``measurement`` reco
 ``gridstat.archive.measurements`` keyed by the variable's full name (docs/telemetry.md;
 ``telemetry.archiving``). The routers rate-filter for it like for any subscriber, so the topic
 holds each variable at its archive interval. Its own delivery samples and /metrics are those of
-any subscriber (``--metrics-port``).
+any subscriber (``--metrics-port``). In a pod (``$POD_IP`` set) its socket listens on 0.0.0.0 and
+registers the pod's address, as ``gridstat subscribe`` does; ``--tls-ca/--tls-cert/--tls-key`` reach
+an edge router under mTLS (docs/kubernetes.md, "Telemetry, archive and Spark jobs").
 
 Prints ``READY name=<name> variables=<n>`` once every subscription is admitted; a refused
 subscription exits 3 with the broker's reason. SIGTERM and SIGINT stop it, flushing what is
@@ -24,6 +26,8 @@ import contextlib
 import sys
 
 from gridstat.cli.common import EXIT_CODES_HELP, EXIT_OK, EXIT_REJECTED, EXIT_UNAVAILABLE
+from gridstat.cli.subscribe import POD_IP_ENV, CountingSubscriber, listen_and_advertise
+from gridstat.cli.traffic import tls_files
 from gridstat.client import Subscriber, SubscriptionRejected
 from gridstat.core import serving
 from gridstat.core.model import BOOL, FLOAT, INT, TypeSpec, split_variable_name
@@ -44,6 +48,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--type", choices=list(TYPES), default="float", dest="value_type",
                    help="value type of the variables (checked by the broker)")
     p.add_argument("--duration", type=float, default=None, metavar="SECONDS", help="stop after this long")
+    p.add_argument("--listen-host", default=None, metavar="IP",
+                   help=f"address of the UDP socket (default 0.0.0.0 when ${POD_IP_ENV} is set, else 127.0.0.1)")
+    p.add_argument("--advertise-host", default=None, metavar="IP",
+                   help=f"address the edge router sends events to (default ${POD_IP_ENV}, else the listen host)")
+    t = p.add_argument_group("TLS to the edge router")
+    t.add_argument("--tls-ca", default="", metavar="PEM", help="CA that signed the edge router's certificate: use TLS")
+    t.add_argument("--tls-cert", default="", metavar="PEM", help="client certificate (mutual TLS)")
+    t.add_argument("--tls-key", default="", metavar="PEM", help="private key of --tls-cert")
     p.add_argument("--exit-with-parent", action="store_true")
     p.add_argument("--log-level", default="WARNING")
     roles.add_arguments(p)
@@ -73,8 +85,10 @@ async def _run(args: argparse.Namespace, variables: list[tuple[str, int]]) -> in
     archiver = Archiver(tel.exporter)
     await tel.start()
     sub: Subscriber | None = None
+    listen, advertise = listen_and_advertise(args.listen_host, args.advertise_host)
     try:
-        sub = await Subscriber.connect(args.name, args.edge)
+        sub = await CountingSubscriber.connect(args.name, args.edge, tls=tls_files(args), host=listen,
+                                               advertise_host=advertise)
         for name, interval in variables:
             await sub.subscribe_remote(name, TYPES[args.value_type], interval_ms=interval,
                                        latency_ms=args.latency_ms, on_event=archiver.on_event)
@@ -106,4 +120,6 @@ def run(args: argparse.Namespace) -> int:
     variables = parse_variables(args.variables, args.interval_ms)
     if not args.kafka:
         raise ValidationError("gridstat archive needs --kafka (or GRIDSTAT_KAFKA)", field="kafka")
+    listen_and_advertise(args.listen_host, args.advertise_host)  # checked before anything starts
+    tls_files(args)
     return serving.run(args, lambda: _run(args, variables))

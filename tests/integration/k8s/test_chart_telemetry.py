@@ -199,12 +199,27 @@ def test_the_archive_is_a_subscriber_pod_writing_to_kafka(tools: dict[str, str],
     assert events["ingress"][0]["from"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "router"
 
 
-def test_the_archive_needs_kafka_variables_an_edge_router_and_no_mtls(tools: dict[str, str]) -> None:  # noqa: F811
+def test_under_mtls_the_archive_has_its_own_certificate_and_name(tools: dict[str, str], tmp_path: Path) -> None:  # noqa: F811
+    values = write_values(tmp_path, "archive.json", {"archive": {"enabled": True, "variables": ["pmu1/freq"]}})
+    docs = render(tools, values, extra=KAFKA)  # tls.enabled is the default
+    d = by_kind(docs, "Deployment")["rel-gridstat-archive"]
+    args = args_of(d)
+    for flag in ("--name=gridstat-archive", "--tls-ca=/etc/gridstat/tls/ca.crt", "--tls-cert=/etc/gridstat/tls/tls.crt",
+                 "--tls-key=/etc/gridstat/tls/tls.key"):
+        assert flag in args, flag
+    pod = pod_of(d)
+    secret = next(v["secret"]["secretName"] for v in pod["volumes"] if v["name"] == "tls")
+    assert "archive" in secret, secret
+    assert any(m["mountPath"] == "/etc/gridstat/tls" for m in pod["containers"][0]["volumeMounts"])
+    assert not any(a.startswith("--tls") for a in args_of(by_kind(render(tools, values, extra=KAFKA + INSECURE),
+                                                                  "Deployment")["rel-gridstat-archive"]))
+
+
+def test_the_archive_needs_kafka_variables_and_an_edge_router(tools: dict[str, str]) -> None:  # noqa: F811
     err = failure(tools, "--set", "archive.enabled=true", "--set", "archive.edgeRouter=i1")
     assert "archive.enabled: needs telemetry.kafka.bootstrap" in err
     assert "archive.variables: name what to archive" in err
     assert 'archive.edgeRouter: "i1" is not an edge router of cloud "A"' in err
-    assert "archive.enabled: `gridstat archive` has no TLS client options" in err  # tls.enabled is the default
     assert "archive" not in failure(tools, "--set", "archive.enabled=true", "--set", "archive.variables={a/b}",
                                     *KAFKA, *INSECURE, "--set", "router.eventPort=x")  # only the schema's error
 

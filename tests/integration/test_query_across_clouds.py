@@ -10,6 +10,9 @@
 from __future__ import annotations
 
 import contextlib
+import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -76,9 +79,20 @@ def test_a_query_matches_the_other_clouds_variables_now_and_later(tmp_path: Path
             publish(c, "pmu3", "eC", {"freq": FREQ})  # this cloud's own match, admitted locally
             register_subscriber(c, "ems", "eC", sink.port)
 
-            # The parent answers for the whole hierarchy (its root), each publication with its cloud.
+            # The leaf's own listing is its cloud's; with all_clouds the parent answers for the whole
+            # hierarchy (its root), each publication with its cloud -- the CLI's --all-clouds too.
             listed = c.stub.ListPublications(bpb.ListPublicationsRequest(where="signal = 'FREQ'"), timeout=5)
-            assert [p.variable for p in listed.publications] == ["freq"]  # the leaf's own listing is its cloud's
+            assert [(p.publisher, p.variable) for p in listed.publications] == [("pmu3", "freq")]
+            every = c.stub.ListPublications(bpb.ListPublicationsRequest(where="signal = 'FREQ'", all_clouds=True),
+                                            timeout=10)
+            assert sorted((p.cloud, p.publisher) for p in every.publications) == [("A", "pmu1"), ("C", "pmu3")]
+            assert not every.unreachable
+            out = subprocess.run([sys.executable, "-m", "gridstat.cli.main", "variables", "list", "--all-clouds",
+                                  "--where", "signal = 'FREQ'", "-o", "json", "--broker", c.address],
+                                 capture_output=True, text=True, timeout=60)
+            assert out.returncode == 0, out.stderr
+            assert [(v["cloud"], v["variable"]) for v in json.loads(out.stdout)["variables"]] == \
+                [("A", "pmu1/freq"), ("C", "pmu3/freq")]
 
             reply = c.stub.SubscribeQuery(bpb.SubscribeQueryRequest(query=bpb.QuerySubscription(
                 subscriber="ems", where="signal = 'FREQ' and region = 'west'", edge_router="eC",

@@ -20,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+import grpc
+
 from gridstat.broker.condensing_service import CondensationHandlers
 from gridstat.broker.consulting import ControllerRejected
 from gridstat.broker.flooding_service import FloodingHandlers
@@ -265,6 +267,15 @@ class QoSBrokerServicer(pb_grpc.QoSBrokerServicer):
     async def ListPublications(self, request: pb.ListPublicationsRequest, context: Any) -> pb.ListPublicationsReply:
         async def call() -> pb.ListPublicationsReply:
             where = expressions.parse(request.where) if request.where.strip() else None
+            if request.all_clouds and self.broker.uplink is not None:
+                try:
+                    every = await self.broker.uplink.list_variables(request.where)
+                except grpc.aio.AioRpcError as exc:
+                    if exc.code() is grpc.StatusCode.INVALID_ARGUMENT:
+                        raise ValidationError(exc.details() or "bad where-expression", field="where") from None
+                    raise ChannelUnavailable(f"parent broker {self.broker.uplink.address} did not list the other "
+                                             f"clouds' variables: {exc.details()}") from None
+                return pb.ListPublicationsReply(publications=every.publications, unreachable=every.unreachable)
             return pb.ListPublicationsReply(publications=[
                 self._publication(v.full_name) for v in self.broker.state.registry
                 if where is None or expressions.matches(where, v)])

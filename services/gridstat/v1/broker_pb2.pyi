@@ -935,15 +935,21 @@ class ListPublicationsRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     WHERE_FIELD_NUMBER: _builtins.int
+    ALL_CLOUDS_FIELD_NUMBER: _builtins.int
     where: _builtins.str
+    all_clouds: _builtins.bool
+    """Every cloud of the hierarchy, asked of the parent (Segments.ListVariables; docs/queries.md,
+    "Across clouds"), each publication with its cloud; without a parent, this cloud's.
+    """
     def __init__(
         self,
         *,
         where: _builtins.str = ...,
+        all_clouds: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["where", b"where"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["all_clouds", b"all_clouds", "where", b"where"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -954,16 +960,22 @@ class ListPublicationsReply(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     PUBLICATIONS_FIELD_NUMBER: _builtins.int
+    UNREACHABLE_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def publications(self) -> _containers.RepeatedCompositeFieldContainer[Global___Publication]: ...
+    @_builtins.property
+    def unreachable(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """with all_clouds: brokers that did not answer"""
+
     def __init__(
         self,
         *,
         publications: _abc.Iterable[Global___Publication] | None = ...,
+        unreachable: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["publications", b"publications"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["publications", b"publications", "unreachable", b"unreachable"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,4 +1,4 @@
-"""The gateway's reconnect policy (gateways/pmu/backoff.py): exponential, capped, jittered, reset
+"""The gateway's reconnect policy (core/backoff.py): exponential, capped, jittered, reset
 after a healthy connection."""
 
 from __future__ import annotations

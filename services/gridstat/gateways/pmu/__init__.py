@@ -11,7 +11,7 @@ Layer: runtime, a gateway role (the README's layout table; ``.importlinter`` kee
 any tool).
 """
 
-from gridstat.gateways.pmu.backoff import ReconnectPolicy
+from gridstat.core.backoff import ReconnectPolicy
 from gridstat.gateways.pmu.gateway import GatewayOptions, PmuGateway
 from gridstat.gateways.pmu.mapping import (
     PHASOR,

@@ -18,10 +18,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gridstat.core.aio import cancelled
+from gridstat.core.backoff import ReconnectPolicy
 from gridstat.core.model import PRIORITY_HIGH
 from gridstat.core.tls import TlsFiles
 from gridstat.errors import ValidationError
-from gridstat.gateways.pmu.backoff import ReconnectPolicy
 from gridstat.gateways.pmu.mapping import NameMap
 from gridstat.gateways.pmu.publishing import StationPublishers
 from gridstat.gateways.pmu.session import GatewaySession, Output, SessionSettings

@@ -1,4 +1,6 @@
-"""When to try the device again: exponential back-off, capped, jittered, reset after a healthy period.
+"""When to try a peer again: exponential back-off, capped, jittered, reset after a healthy period.
+
+One policy for every reconnecting client of a device or server (the gateways: C37.118, STTP, SCADA).
 
 A pure policy (no clock, no sleep): the caller says when a connection came up (``connected``) and when
 it failed or ended (``failed``, which returns the delay before the next attempt). A connection that

@@ -43,6 +43,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
                                                 "status variables"),
     "goose-gateway": ("gridstat.cli.goose_gateway", "an IEC 61850 GOOSE gateway: data-set members as alert variables, "
                                                     "and alert variables as GOOSE (docs/goose.md)"),
+    "dnp3-gateway": ("gridstat.cli.dnp3_gateway", "a DNP3 master gateway: publish an outstation's analog inputs as "
+                                                  "status variables and binary input changes as alerts"),
     "pdc-server": ("gridstat.cli.pdc_server", "a C37.118 server: serve status variables as one stream to PDCs"),
     "pdc-read": ("gridstat.cli.pdc_read", "a PDC in a shell: read a C37.118 device or server and print its frames"),
     "sttp-server": ("gridstat.cli.sttp_server", "an STTP (IEEE 2664) publisher: serve status variables to STTP "

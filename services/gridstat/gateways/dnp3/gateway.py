@@ -1,0 +1,173 @@
+"""``Dnp3Gateway``: the front object of the ``gridstat dnp3-gateway`` role (docs/dnp3.md).
+
+It owns its parts by name: ``session`` (the sans-I/O master), ``table`` (the points' latest values and the
+periodic schedule), ``policy`` (the reconnect back-off), ``publishers`` (the SDK side), ``stats`` (every
+counter), and while it runs the outstation's TCP ``connection``. ``run`` connects, feeds what it reads to
+the session and the table, carries out their output, publishes periodic values on their grid, and
+reconnects after the back-off when the outstation goes away, until ``stop`` is set.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from gridstat.core import clock
+from gridstat.core.aio import cancelled
+from gridstat.core.backoff import ReconnectPolicy
+from gridstat.core.model import PRIORITY_HIGH
+from gridstat.core.tls import TlsFiles
+from gridstat.errors import ValidationError
+from gridstat.gateways.dnp3.mapping import PointMap
+from gridstat.gateways.dnp3.points import PointTable
+from gridstat.gateways.dnp3.publishing import PointPublishers
+from gridstat.gateways.dnp3.session import MasterSession, Output, SessionSettings
+from gridstat.gateways.dnp3.stats import Dnp3Stats
+from gridstat.gateways.pmu.transport import DeviceConnection
+
+log = logging.getLogger(__name__)
+
+#: How often the session's timeouts and the periodic grid are looked at.
+TICK_S = 0.005
+
+
+@dataclass(frozen=True)
+class GatewayOptions:
+    host: str
+    port: int
+    #: The edge router's control port, ``host:port``.
+    edge: str
+    settings: SessionSettings
+    connect_timeout_s: float = 5.0
+    retry_initial_s: float = 0.5
+    retry_max_s: float = 30.0
+    healthy_after_s: float = 30.0
+    priority: int = PRIORITY_HIGH
+    edge_timeout_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.port < 65536:
+            raise ValidationError(f"port must be 1..65535, not {self.port}", field="port")
+
+
+class Dnp3Gateway:
+    """A DNP3 outstation's analog and binary inputs published as GridStat status variables."""
+
+    def __init__(self, options: GatewayOptions, *, names: PointMap | None = None, tls: TlsFiles | None = None,
+                 policy: ReconnectPolicy | None = None, attributes: Mapping[str, str] | None = None) -> None:
+        self.options = options
+        self.stats = Dnp3Stats()
+        self.session = MasterSession(options.settings, stats=self.stats)
+        self.table = PointTable(names or PointMap(), options.settings.outstation_address, stats=self.stats)
+        self.policy = policy or ReconnectPolicy(initial_s=options.retry_initial_s, max_s=options.retry_max_s,
+                                                healthy_after_s=options.healthy_after_s)
+        self.publishers = PointPublishers(options.edge, stats=self.stats, tls=tls, priority=options.priority,
+                                          timeout_s=options.edge_timeout_s, attributes=attributes)
+        self.connection: DeviceConnection | None = None
+        self._close_reason: str | None = None
+        self._last_failure = ""
+
+    # -- the session's output ---------------------------------------------------------------------
+
+    def apply(self, out: Output) -> None:
+        conn = self.connection
+        if out.send and conn is not None:
+            conn.write(out.send)
+        if out.points:
+            table = self.table
+            alerts = table.update(out.points, clock.now_ms())
+            for spec in table.take_new():
+                self.publishers.want(spec)
+            publish = self.publishers.publish_alert
+            for alert in alerts:
+                publish(alert)
+        if out.close is not None and conn is not None:
+            self._close_reason = out.close
+            conn.abort()
+
+    def publish_due(self, now_ms: int) -> None:
+        publish = self.publishers.publish_periodic
+        for ts_ms, items in self.table.due(now_ms):
+            publish(ts_ms, items)
+
+    # -- running ----------------------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Serve until ``stop`` is set; everything started is closed on the way out."""
+        registering = asyncio.ensure_future(self.publishers.run())
+        ticking = asyncio.ensure_future(self._tick(stop))
+        try:
+            while not stop.is_set():
+                await self._connect_once(stop)
+                if stop.is_set():
+                    break
+                delay_s = self.policy.failed(time.monotonic())
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), delay_s)
+        finally:
+            await cancelled(ticking)
+            await cancelled(registering)
+            await self.publishers.close()
+
+    async def _connect_once(self, stop: asyncio.Event) -> None:
+        o = self.options
+        self.session.connecting()
+        try:
+            conn = await DeviceConnection.open(o.host, o.port, timeout_s=o.connect_timeout_s)
+        except (OSError, TimeoutError) as exc:
+            self.stats.connect_failures += 1
+            self._failure(f"cannot connect to {o.host}:{o.port}: {exc or type(exc).__name__}")
+            self.session.disconnected()
+            return
+        self.stats.connects += 1
+        self.policy.connected(time.monotonic())
+        self.connection = conn
+        self._close_reason = None
+        if self._last_failure:
+            log.warning("connected to outstation %s:%d again", o.host, o.port)
+            self._last_failure = ""
+        self.apply(self.session.connected(time.monotonic()))
+        why = await self._read(conn, stop)
+        self.connection = None
+        await conn.close()
+        self.session.disconnected()
+        if not stop.is_set():
+            self.stats.reconnects += 1
+            self._failure(f"connection to outstation {o.host}:{o.port} ended: {why}")
+
+    async def _read(self, conn: DeviceConnection, stop: asyncio.Event) -> str:
+        session = self.session
+        while True:
+            try:
+                data = await conn.read()
+            except OSError as exc:
+                return self._close_reason or f"read failed: {exc}"
+            if not data:
+                return self._close_reason or ("stopped" if stop.is_set() else "the outstation closed the connection")
+            out = session.tcp_bytes(data, time.monotonic())
+            self.apply(out)
+            if out.close is not None:
+                return out.close
+
+    async def _tick(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), TICK_S)
+            if stop.is_set():
+                conn = self.connection
+                if conn is not None:
+                    self._close_reason = "stopped"
+                    conn.abort()
+                return
+            self.apply(self.session.tick(time.monotonic()))
+            self.publish_due(clock.now_ms())
+
+    def _failure(self, message: str) -> None:
+        """Log a failure once, until it changes or the outstation is back (state changes only)."""
+        if message != self._last_failure:
+            log.warning("%s; reconnecting with back-off", message)
+            self._last_failure = message

@@ -71,6 +71,18 @@ gridstat.io/cloud: {{ .cloud | quote }}
 {{- printf "%s.%s.svc:%d" (include "gridstat.roleName" (dict "root" .root "role" "broker" "cloud" .cloud)) .root.Release.Namespace (int .root.Values.broker.port) -}}
 {{- end -}}
 
+{{/* In-cluster control address of one edge router (its StatefulSet pod's DNS name): the `--edge` of a
+     client role. input: (dict "root" $ "cloud" "A" "router" "e1"). */}}
+{{- define "gridstat.edgeAddress" -}}
+{{- $root := .root -}}
+{{- $svc := include "gridstat.roleName" (dict "root" $root "role" "router" "cloud" .cloud) -}}
+{{- $index := 0 -}}
+{{- $cloud := .cloud -}}
+{{- $router := .router -}}
+{{- range $root.Values.clouds }}{{ if eq .name $cloud }}{{ range $i, $r := .routers }}{{ if eq $r.name $router }}{{ $index = $i }}{{ end }}{{ end }}{{ end }}{{ end -}}
+{{- printf "%s-%d.%s.%s.svc:%d" $svc $index $svc $root.Release.Namespace (int $root.Values.router.controlPort) -}}
+{{- end -}}
+
 {{/* In-cluster address of the admission controller. input: the root context. */}}
 {{- define "gridstat.admissionAddress" -}}
 {{- printf "%s.%s.svc:%d" (include "gridstat.roleName" (dict "root" . "role" "admission")) .Release.Namespace (int .Values.admission.port) -}}
@@ -164,10 +176,10 @@ single-replica workload's). input: (dict "root" $ "exporter" "rel-gridstat-broke
 {{- end }}
 {{- end -}}
 
-{{/* Whether the release runs subscriber pods that serve /metrics ("true" or ""): PDC servers, the
-     archive, the condensation host. input: the root context. */}}
+{{/* Whether the release runs subscriber pods that serve /metrics ("true" or ""): PDC servers, STTP
+     servers, the archive, the condensation host. input: the root context. */}}
 {{- define "gridstat.hasSubscriberPods" -}}
-{{- if or .Values.c37118.pdcServers .Values.archive.enabled .Values.condensationHost.enabled }}true{{ end -}}
+{{- if or .Values.c37118.pdcServers .Values.sttp.servers .Values.archive.enabled .Values.condensationHost.enabled }}true{{ end -}}
 {{- end -}}
 
 {{/*
@@ -258,6 +270,8 @@ authorization reads (docs/security.md, "Control by role"). input: the role.
 {{- if .Values.archive.enabled }}{{ $roles = append $roles "archive" }}{{ end -}}
 {{- range .Values.c37118.gateways }}{{ $roles = append $roles (printf "pmu-gateway-%s" .name) }}{{ end -}}
 {{- range .Values.c37118.pdcServers }}{{ $roles = append $roles (printf "pdc-%s" .name) }}{{ end -}}
+{{- range .Values.sttp.servers }}{{ $roles = append $roles (printf "sttp-server-%s" .name) }}{{ end -}}
+{{- range .Values.sttp.gateways }}{{ $roles = append $roles (printf "sttp-gateway-%s" .name) }}{{ end -}}
 {{- toJson $roles -}}
 {{- end -}}
 
@@ -336,6 +350,12 @@ covered. input: (dict "root" $ "role" "broker-a"). output: JSON list.
 {{- /* A gateway publishes as each of its device's stations (docs/pmu-gateway.md, "Security"). */ -}}
 {{- $gwName := trimPrefix "pmu-gateway-" .role -}}
 {{- range $root.Values.c37118.gateways }}{{ if eq .name $gwName }}{{ $names = concat $names (.stations | default list) }}{{ end }}{{ end -}}
+{{- end -}}
+{{- if hasPrefix "sttp-gateway-" .role -}}
+{{- /* An STTP gateway publishes as its `publisher`, else as each device of its source (docs/sttp.md,
+       "In Kubernetes"). */ -}}
+{{- $gwName := trimPrefix "sttp-gateway-" .role -}}
+{{- range $root.Values.sttp.gateways }}{{ if eq .name $gwName }}{{ $names = concat $names (compact (list (.publisher | default ""))) (.devices | default list) }}{{ end }}{{ end -}}
 {{- end -}}
 {{- range $services -}}
 {{- $names = concat $names (list (printf "%s%s" $prefix .) (printf "%s%s.%s" $prefix . $ns) (printf "%s%s.%s.svc" $prefix . $ns) (printf "%s%s.%s.svc.%s" $prefix . $ns $domain)) -}}
@@ -462,6 +482,7 @@ key and the fix. Called from NOTES.txt and from the operator's Deployment, so it
 {{- $messages = append $messages (include "gridstat.validateValues.dataPlaneAuth" .) -}}
 {{- $messages = append $messages (include "gridstat.validateValues.condensationHost" .) -}}
 {{- $messages = append $messages (include "gridstat.validateValues.c37118" .) -}}
+{{- $messages = append $messages (include "gridstat.validateValues.sttp" .) -}}
 {{- $messages = append $messages (include "gridstat.validateValues.telemetry" .) -}}
 {{- $messages = without $messages "" -}}
 {{- if $messages -}}
@@ -576,6 +597,64 @@ c37118.{{ $kind }}[{{ $i }}].edgeRouter: {{ $item.edgeRouter | quote }} is not a
 {{- end -}}
 {{- if and (eq $kind "gateways") (not $item.device) (not (has $item.simulator $sims)) }}
 c37118.gateways[{{ $i }}]: give device (HOST:PORT) or simulator (one of c37118.simulators: {{ $sims | toJson }}).
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The STTP gateways (docs/sttp.md, "In Kubernetes"): each item's edge router is an edge (or edge-border)
+router of its cloud; a server serves something (where or variables) on a port other than the /metrics
+one; names are unique per list and make object names Kubernetes takes whole; a gateway with a
+generated certificate names what it publishes as (publisher or devices), which the broker binds to
+that certificate (docs/security.md, "Client identity").
+*/}}
+{{- define "gridstat.validateValues.sttp" -}}
+{{- $root := . -}}
+{{- $full := include "gridstat.fullname" . -}}
+{{- $s := .Values.sttp -}}
+{{- range $kind, $items := dict "servers" $s.servers "gateways" $s.gateways -}}
+{{- $role := ternary "sttp-server" "sttp-gateway" (eq $kind "servers") -}}
+{{- $seen := dict -}}
+{{- range $i, $item := $items -}}
+{{- $path := printf "sttp.%s[%d]" $kind $i -}}
+{{- if hasKey $seen (toString $item.name) }}
+{{ $path }}.name: {{ $item.name | quote }} appears twice in sttp.{{ $kind }}; give each its own name (it names its Deployment and certificate).
+{{- end -}}
+{{- $_ := set $seen (toString $item.name) true -}}
+{{- $names := list (printf "%s-%s-%s" $full $role $item.name) -}}
+{{- if $root.Values.tls.enabled }}{{ $names = append $names (printf "%s-tls-%s-%s" $full $role $item.name) }}{{ end -}}
+{{- range $names -}}
+{{- if gt (len .) 63 }}
+{{ $path }}.name: {{ $item.name | quote }} makes the object name {{ . | quote }} {{ len . }} characters long, over the 63 of a Service or Secret name the chart gives it; shorten the name or the release name (or set fullnameOverride).
+{{- end -}}
+{{- end -}}
+{{- $cloud := default (index $root.Values.clouds 0).name $item.cloud -}}
+{{- $found := false -}}
+{{- $edge := false -}}
+{{- range $root.Values.clouds }}{{ if eq .name $cloud }}{{ $found = true }}{{ range .routers }}{{ if and (eq .name $item.edgeRouter) (has .role (list "edge" "edge-border")) }}{{ $edge = true }}{{ end }}{{ end }}{{ end }}{{ end -}}
+{{- if not $found }}
+{{ $path }}.cloud: cloud {{ $cloud | quote }} is not in clouds.
+{{- else if not $edge }}
+{{ $path }}.edgeRouter: {{ $item.edgeRouter | quote }} is not an edge router of cloud {{ $cloud | quote }}.
+{{- end -}}
+{{- if eq $kind "servers" -}}
+{{- if not $item.intervalMs }}
+{{ $path }}.intervalMs: give the interval of its subscriptions, in milliseconds (`--interval-ms`; at a device frame rate whole frames, docs/frame-rates.md).
+{{- end -}}
+{{- if not (or $item.where $item.variables) }}
+{{ $path }}: give where (a where-expression, docs/queries.md) or variables (PUBLISHER/VARIABLE[:TYPE] each): the server serves nothing otherwise.
+{{- end -}}
+{{- if eq (int ($item.port | default 7165)) (int $s.metricsPort) }}
+{{ $path }}.port: {{ $item.port | default 7165 }} is sttp.metricsPort, where the server serves /metrics; give the STTP port another number.
+{{- end -}}
+{{- else -}}
+{{- if not $item.source }}
+{{ $path }}.source: give the STTP publisher's address, HOST:PORT.
+{{- end -}}
+{{- if and (include "gridstat.tlsGenerated" (dict "root" $root "role" (printf "sttp-gateway-%s" $item.name))) (not $item.publisher) (not $item.devices) }}
+{{ $path }}: under tls.enabled the broker takes a publisher name only from a certificate that names it (docs/security.md, "Client identity"): give publisher (every variable under that name) or devices (the device acronyms of the source, GridStat publisher names), which the gateway's certificate then carries.
+{{- end -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}

@@ -43,6 +43,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
                                                 "status variables"),
     "goose-gateway": ("gridstat.cli.goose_gateway", "an IEC 61850 GOOSE gateway: data-set members as alert variables, "
                                                     "and alert variables as GOOSE (docs/goose.md)"),
+    "iec104-gateway": ("gridstat.cli.iec104_gateway", "an IEC 60870-5-104 controlling station: publish an "
+                                                      "outstation's points and measured values as status variables"),
     "dnp3-gateway": ("gridstat.cli.dnp3_gateway", "a DNP3 master gateway: publish an outstation's analog inputs as "
                                                   "status variables and binary input changes as alerts"),
     "pdc-server": ("gridstat.cli.pdc_server", "a C37.118 server: serve status variables as one stream to PDCs"),

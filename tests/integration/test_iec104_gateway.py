@@ -51,8 +51,8 @@ def ms(t: datetime.datetime | None) -> int:
     """A c104 time as CP56Time2a carries it: whole milliseconds (the microseconds cut off)."""
     assert t is not None
     if t.tzinfo is None:  # c104 hands out naive datetimes in UTC
-        t = t.replace(tzinfo=datetime.timezone.utc)
-    return (t - datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)) // datetime.timedelta(milliseconds=1)
+        t = t.replace(tzinfo=datetime.UTC)
+    return (t - datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)) // datetime.timedelta(milliseconds=1)
 
 
 class Outstation:

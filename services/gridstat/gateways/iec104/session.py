@@ -249,6 +249,7 @@ class Iec104Session:
             self._u_pending = None
             self._set_state(LinkState.STARTED, "STARTDT con")
             self._interrogate(out, now_s)
+            self._send_waiting(out, now_s)
         elif fn is UFunction.TESTFR_CON and pending is not None and pending[0] is UFunction.TESTFR_ACT:
             self._u_pending = None
         # STOPDT con, or a con nobody asked for, or an act a controlling station does not answer: ignored

@@ -290,14 +290,14 @@ class MasterSession:
         if request.kind == CLEAR_RESTART and iin & (app.Iin.DEVICE_RESTART | app.Iin.PARAMETER_ERROR
                                                     | app.Iin.OBJECT_UNKNOWN | app.Iin.NO_FUNC_CODE_SUPPORT):
             self._restart_clear_failed = True  # the outstation will not clear it: do not ask again
+            self._todo.discard(CLEAR_RESTART)
 
     def _indications(self, iin: int) -> None:
-        if not iin:
-            return
-        names = self.stats.iin
-        for bit, name in app.IIN_NAMES.items():
-            if iin & bit:
-                names[name] = names.get(name, 0) + 1
+        if iin:
+            names = self.stats.iin
+            for bit, name in app.IIN_NAMES.items():
+                if iin & bit:
+                    names[name] = names.get(name, 0) + 1
         if iin & app.Iin.DEVICE_RESTART:
             if not self._restart_clear_failed:
                 self._todo.add(CLEAR_RESTART)

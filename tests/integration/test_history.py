@@ -106,16 +106,21 @@ def archive(kafka: KafkaProc) -> Archive:
     return asyncio.run(_archive(kafka.bootstrap))
 
 
+#: The history server's /metrics port (the module's server fixture).
+METRICS: dict[str, int] = {}
+
+
 @pytest.fixture(scope="module")
 def server(kafka: KafkaProc, archive: Archive) -> Iterator[tuple[str, subprocess.Popen[str]]]:
     proc = subprocess.Popen([sys.executable, "-m", "gridstat.cli.main", "history-server", "--kafka", kafka.bootstrap,
                              "--topic", TOPIC, "--listen", "127.0.0.1:0", "--max-span-s", "600",
-                             "--max-events", "8000", "--exit-with-parent"],
+                             "--max-events", "8000", "--metrics-port", "0", "--exit-with-parent"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     line = proc.stdout.readline()
     assert line.startswith("READY name=history port="), line + (proc.stderr.read() if proc.stderr else "")
     port = line.split("port=", 1)[1].split()[0]
+    METRICS["port"] = int(line.split("metrics_port=", 1)[1].split()[0])
     try:
         yield f"127.0.0.1:{port}", proc
     finally:
@@ -198,8 +203,21 @@ def test_the_cli_prints_the_same_events(archive: Archive, server: tuple[str, sub
     assert text.returncode == 0 and len(text.stdout.splitlines()) == 10 and "# 10 events" in text.stderr
 
 
+def history_metrics() -> dict[tuple[str, str], float]:
+    """The history server's /metrics: (sample name, its reason label or "") -> value."""
+    from urllib.request import urlopen
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    body = urlopen(f"http://127.0.0.1:{METRICS['port']}/metrics", timeout=5).read().decode()
+    return {(s.name, s.labels.get("reason", "")): s.value for fam in text_string_to_metric_families(body)
+            for s in fam.samples if s.name.startswith("gridstat_history_")}
+
+
 def test_bounds_are_clear_errors(archive: Archive, server: tuple[str, subprocess.Popen[str]]) -> None:
     addr, _ = server
+    before = history_metrics()
+    assert before[("gridstat_history_queries_failed_total", "SpanTooLong")] == 0  # served at 0 from the start
     with pytest.raises(GridStatError) as info:
         asyncio.run(_fetch(addr, "hpmu/freq", archive.start_ms, archive.start_ms + 601_000))
     assert info.value.reason == "SpanTooLong" and info.value.field == "to_ms"
@@ -218,6 +236,13 @@ def test_bounds_are_clear_errors(archive: Archive, server: tuple[str, subprocess
                           str(archive.start_ms), "--to", str(archive.end_ms), "--server", addr, "-o", "json"],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and json.loads(out.stdout)["error"]["reason"] == "TooManyEvents"
+    # /metrics counts each refusal by its reason (docs/history.md, "Bounds")
+    after = history_metrics()
+    failed = {r: after[("gridstat_history_queries_failed_total", r)] -
+              before[("gridstat_history_queries_failed_total", r)] for r in ("SpanTooLong", "TooManyEvents",
+                                                                              "InvalidArgument")}
+    assert failed == {"SpanTooLong": 1, "TooManyEvents": 3, "InvalidArgument": 1}, failed
+    assert after[("gridstat_history_queries_total", "")] - before[("gridstat_history_queries_total", "")] == 5
 
 
 def test_an_unknown_variable_answers_empty_with_a_note(archive: Archive,

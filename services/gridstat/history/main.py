@@ -1,7 +1,8 @@
 """Run the history service: ``gridstat history-server --kafka HOST:PORT [--listen 127.0.0.1:7950] ...``.
 
-Prints ``READY name=history port=<grpc port>`` once serving (after a warning on stderr if Kafka does
-not answer within 3 s: it serves anyway, and each query then fails with ``KafkaUnavailable``);
+Prints ``READY name=history port=<grpc port>`` (and `` metrics_port=N`` with ``--metrics-port``: its
+queries, failures by reason and events sent on Prometheus ``/metrics``) once serving (after a warning
+on stderr if Kafka does not answer within 3 s: it serves anyway, and each query then fails with ``KafkaUnavailable``);
 SIGTERM and SIGINT stop it (exit 0). Invalid options exit 2. It holds no state: every query reads
 Kafka (docs/history.md).
 """
@@ -20,8 +21,10 @@ from gridstat.core.tls import TlsFiles
 from gridstat.errors import ValidationError
 from gridstat.history import querying
 from gridstat.history.service import HistoryServicer, add_to_server
+from gridstat.telemetry import metrics
 from gridstat.telemetry.archive_reading import ArchiveReader
 from gridstat.telemetry.records import TOPICS
+from gridstat.telemetry.roles import METRICS_OFF, RoleTelemetry
 
 DEFAULT_LISTEN = "127.0.0.1:7950"
 #: How long the start waits to see Kafka answer before it warns (and serves anyway).
@@ -40,6 +43,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-events", type=int, default=querying.DEFAULT_MAX_EVENTS,
                    help="the most events one answer may hold; past it the answer is an error (TooManyEvents)")
     p.add_argument("--kafka-timeout-ms", type=int, default=10_000, help="Kafka's requests' timeout")
+    p.add_argument("--metrics-port", type=int, default=int(os.environ.get("GRIDSTAT_METRICS_PORT", METRICS_OFF)),
+                   help="serve Prometheus /metrics on this port (0 = any free port, -1 = off; "
+                        "default $GRIDSTAT_METRICS_PORT or off)")
+    p.add_argument("--metrics-host", default="127.0.0.1", help="address of the /metrics endpoint")
     p.add_argument("--tls-cert", default="")
     p.add_argument("--tls-key", default="")
     p.add_argument("--tls-client-ca", default="", help="require client certificates signed by this CA (mTLS)")
@@ -81,7 +88,11 @@ async def _run(args: argparse.Namespace, host: str, port: int, bounds: querying.
               f"{host}:{port} can read the archive (docs/security.md)", file=sys.stderr, flush=True)
     reader = ArchiveReader(args.kafka, topic=args.topic, request_timeout_ms=args.kafka_timeout_ms,
                            client_id=f"gridstat-history-{args.name}")
-    server, bound = await serve(HistoryServicer(reader, bounds), host, port, tls, access.Grants.parse(args.grant))
+    servicer = HistoryServicer(reader, bounds)
+    server, bound = await serve(servicer, host, port, tls, access.Grants.parse(args.grant))
+    tel = RoleTelemetry("history", args.name, metrics_host=args.metrics_host, metrics_port=args.metrics_port)
+    tel.add_collector(metrics.HistoryCollector(args.name, lambda: servicer.stats))
+    await tel.start()
     try:
         up = await asyncio.wait_for(reader.reachable(), KAFKA_CHECK_S)
     except TimeoutError:
@@ -89,8 +100,9 @@ async def _run(args: argparse.Namespace, host: str, port: int, bounds: querying.
     if not up:  # served anyway: Kafka may come up later (a pod started before it); each query says so
         print(f"gridstat history-server: warning: Kafka at {args.kafka} does not answer (yet); queries fail with "
               "KafkaUnavailable until it does", file=sys.stderr, flush=True)
-    await serving.until_signalled(f"READY name={args.name} port={bound}")
+    await serving.until_signalled(f"READY name={args.name} port={bound}{tel.ready_suffix()}")
     await server.stop(grace=0.5)
+    await tel.stop()
 
 
 def run(args: argparse.Namespace) -> int:

@@ -14,8 +14,9 @@ from __future__ import annotations
 import json
 import logging
 import math
+from collections import Counter
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gridstat.core import rpc
@@ -38,6 +39,8 @@ class ServiceStats:
     queries: int = 0
     failed: int = 0
     events_sent: int = 0
+    #: Failed queries by reason (KafkaUnavailable, TooManyEvents, InvalidArgument ...), for /metrics.
+    failed_by_reason: Counter[str] = field(default_factory=Counter)
 
 
 def _exact_double(v: object) -> bool:
@@ -79,6 +82,7 @@ class HistoryServicer(pb_grpc.HistoryServicer):
                 yield chunk
         except GridStatError as exc:
             self.stats.failed += 1
+            self.stats.failed_by_reason[exc.reason] += 1
             # Kafka away is retriable, but not by gRPC's own retry policy within the call: each try would
             # wait for Kafka again; the caller (the SDK's gap filler) retries with its own backoff.
             context.set_trailing_metadata(((rpc.REASON_KEY, exc.reason), (rpc.FIELD_KEY, exc.field or ""),

@@ -429,6 +429,31 @@ class TlsRefusalsCollector(_Base):
         yield refused
 
 
+class HistoryCollector(_Base):
+    """``gridstat_history_*`` of a history service (``history.service.HistoryServicer.stats``,
+    docs/history.md): queries answered and failed by reason, events sent. The known reasons are
+    served at 0 from the start, so that ``increase()`` sees the first failure."""
+
+    #: Reasons a query fails with (docs/history.md, "Errors").
+    REASONS = ("InvalidArgument", "SpanTooLong", "TooManyEvents", "KafkaUnavailable")
+
+    def __init__(self, name: str, stats: Callable[[], Any]) -> None:
+        self.name = name
+        self._stats = stats
+
+    def collect(self) -> Iterator[Metric]:
+        st, n = self._stats(), self.name
+        yield _one(_counter("gridstat_history_queries_total", "Time-range queries asked", ["history"]), [n],
+                   float(st.queries))
+        failed = _counter("gridstat_history_queries_failed_total", "Time-range queries refused or failed, by reason",
+                          ["history", "reason"])
+        for reason in sorted({*self.REASONS, *st.failed_by_reason}):
+            failed.add_metric([n, reason], float(st.failed_by_reason.get(reason, 0)))
+        yield failed
+        yield _one(_counter("gridstat_history_events_sent_total", "Archived events sent in answers", ["history"]),
+                   [n], float(st.events_sent))
+
+
 class RpcDenialsCollector(_Base):
     """``gridstat_rpc_denied_total``: gRPC calls refused as ``PERMISSION_DENIED`` because the caller's
     certificate has no role the method needs (``core.access``), by method and the caller's roles."""

@@ -29,23 +29,31 @@ def test_a_workload_with_its_service_policy_and_certificate(tools: dict[str, str
     assert c["args"][:2] == ["gridstat", "history-server"]
     tls = "/etc/gridstat/tls/"
     for flag in ("--kafka=kafka-0.data:9092,kafka-1.data:9092", "--topic=gridstat.archive.measurements",
-                 "--listen=0.0.0.0:7950", "--max-span-s=86400", "--max-events=2000000",
+                 "--listen=0.0.0.0:7950", "--max-span-s=86400", "--max-events=2000000", "--metrics-host=0.0.0.0",
+                 "--metrics-port=9109",
                  f"--tls-cert={tls}tls.crt", f"--tls-key={tls}tls.key", f"--tls-client-ca={tls}ca.crt"):
         assert flag in c["args"], flag
     assert {"startupProbe", "readinessProbe", "livenessProbe"} <= set(c)
     assert c["securityContext"]["readOnlyRootFilesystem"] is True
-    assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"grpc": 7950}
+    assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"grpc": 7950, "metrics": 9109}
     (secret_volume,) = [v for v in pod["volumes"] if "secret" in v]
     assert secret_volume["secret"]["secretName"] == "rel-gridstat-tls-history"
     secret = by[("Secret", "rel-gridstat-tls-history")]
     assert secret["metadata"]["annotations"]["gridstat.io/identity"] == "gridstat-history"
     assert base64.b64decode(secret["data"]["tls.crt"]).startswith(b"-----BEGIN CERTIFICATE-----")
     service = by[("Service", NAME)]
-    assert {p["name"]: p["port"] for p in service["spec"]["ports"]} == {"grpc": 7950}
+    assert {p["name"]: p["port"] for p in service["spec"]["ports"]} == {"grpc": 7950, "metrics": 9109}
+    assert service["metadata"]["labels"]["gridstat.io/scrape-job"] == "gridstat-history"  # its ServiceMonitor's job
     policy = by[("NetworkPolicy", NAME)]
     assert policy["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "history"
-    (rule,) = policy["spec"]["ingress"]
+    rule, metrics = policy["spec"]["ingress"]
     assert rule["ports"] == [{"port": "grpc", "protocol": "TCP"}] and rule["from"] == [{"podSelector": {}}]
+    assert metrics["ports"] == [{"port": "metrics", "protocol": "TCP"}]
+    monitors = render(tools, extra=(*ON, "--set", "serviceMonitor.enabled=true",
+                                    "--api-versions", "monitoring.coreos.com/v1/ServiceMonitor"))
+    jobs = {d["spec"]["selector"]["matchLabels"]["gridstat.io/scrape-job"] for d in monitors
+            if d["kind"] == "ServiceMonitor"}
+    assert "gridstat-history" in jobs, jobs
 
 
 def test_a_shared_secret_grants_the_component_identities(tools: dict[str, str]) -> None:  # noqa: F811

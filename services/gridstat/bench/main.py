@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 
 from gridstat.bench import granularity
-from gridstat.bench import dnp3 as dnp3_bench
 
 DEFAULT_DOC = "docs/benchmarks.md"
 
@@ -75,10 +74,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     pm.add_argument("--no-subscribers", action="store_true",
                     help="without the SDK subscribers (the PDC path alone: less load on a small machine)")
     _write_args(pm)
-    dn = sub.add_parser("dnp3", help="DNP3 into GridStat: points/s per dnp3-gateway core and alert latency through "
-                                     "two routers (docs/dnp3.md; < 2 min)")
-    dnp3_bench.add_arguments(dn)
-    _write_args(dn)
     ie = sub.add_parser("iec104", help="IEC 60870-5-104 into GridStat: points/s per iec104-gateway core and alert "
                                         "latency through two routers (docs/iec104.md; < 2 min)")
     ie.add_argument("--quick", action="store_true", help="shorter windows, one repetition")
@@ -209,11 +204,6 @@ def run(args: argparse.Namespace) -> int:
         runs = iec104.run_iec104_bench(points=args.points, reps=args.reps or (1 if args.quick else 2),
                                        quick=args.quick, log=_log)
         return _publish(iec104.report(runs, report.facts_md(facts)), target, "iec104")
-    if args.bench == "dnp3":
-        runs = dnp3_bench.run_dnp3_bench(analogs=args.analogs or (300 if args.quick else 1_000),
-                                         reps=args.reps or (1 if args.quick else 2),
-                                         window_s=5.0 if args.quick else 10.0, log=_log)
-        return _publish(dnp3_bench.report(runs, report.facts_md(facts)), target, "dnp3")
     if args.bench == "auth":
         from gridstat.bench import auth
 

@@ -116,6 +116,22 @@ def test_a_three_level_hierarchy_delivers_through_the_root_and_variables_carry_t
              "--where", "station = 'BURNS' and owner = 'utility-a'", "-o", "json"],
             capture_output=True, text=True, timeout=60, env=env)
         assert [v["variable"] for v in json.loads(listed.stdout)["variables"]] == ["pmu-burns/freq"], listed
+        # What a router is, as the file says, is held by its broker and shown with the topology.
+        shown = subprocess.run(
+            [sys.executable, "-m", "gridstat.cli.main", "topology", "show", "--broker", f"127.0.0.1:{ports['A']}",
+             "-o", "json"], capture_output=True, text=True, timeout=60, env=env)
+        assert shown.returncode == 0, shown.stderr
+        (ea,) = [r for r in json.loads(shown.stdout)["routers"] if r["name"] == "eA"]
+        assert ea["attributes"] == {"latitude": "45.1", "longitude": "-121.2", "owner": "utility-a",
+                                    "site": "Grizzly"}, ea
+        # Every cloud's variables, from cloud C's leaf: its parent asks the root (docs/queries.md).
+        listed = subprocess.run(
+            [sys.executable, "-m", "gridstat.cli.main", "variables", "list", "--all-clouds", "--broker",
+             f"127.0.0.1:{ports['C']}", "--where", "name = 'freq'", "-o", "json"],
+            capture_output=True, text=True, timeout=60, env=env)
+        assert listed.returncode == 0, listed.stderr
+        assert [(v["cloud"], v["variable"]) for v in json.loads(listed.stdout)["variables"]] == [
+            ("A", "pmu-burns/freq"), ("A", "pmu-grizzly/freq"), ("C", "pmu-midway/freq")], listed.stdout
         rest, err = proc.communicate(timeout=90)
     finally:
         if proc.poll() is None:

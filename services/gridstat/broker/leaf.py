@@ -72,6 +72,25 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+#: At most this many attributes per router, keys 1-64 and values 0-256 characters (broker.proto RouterInfo).
+MAX_ROUTER_ATTRIBUTES = 16
+
+
+def check_router_attributes(attributes: Mapping[str, str]) -> dict[str, str]:
+    """A router's attributes as a plain dict, or a ValidationError naming the entry at fault."""
+    if len(attributes) > MAX_ROUTER_ATTRIBUTES:
+        raise ValidationError(f"a router has at most {MAX_ROUTER_ATTRIBUTES} attributes, not {len(attributes)}",
+                              field="router.attributes")
+    for key, value in attributes.items():
+        if not 1 <= len(key) <= 64 or not key.isprintable():
+            raise ValidationError(f"router attribute name {key!r:.80} must be 1-64 printable characters",
+                                  field="router.attributes")
+        if len(value) > 256 or not value.isprintable():
+            raise ValidationError(f"router attribute {key!r} must be at most 256 printable characters",
+                                  field=f"router.attributes.{key}")
+    return dict(sorted(attributes.items()))
+
+
 class LeafBroker:
     """One cloud's leaf QoS broker: the front over its ``cloud`` and its parts (module docstring)."""
 
@@ -199,6 +218,7 @@ class LeafBroker:
             st.topology.add_router(d["name"], RouterRole(d["role"]), d["capacity_eps"])
             ep = RouterEndpoint(d["name"], d["router_id"], d["control_address"], d["event_host"], d["event_port"])
             st.endpoints[ep.name] = ep
+            st.router_attributes[ep.name] = dict(d.get("attributes") or {})
             cloud.links[ep.name] = self._new_link(ep)
         for d in store.all("channels"):
             st.topology.add_channel(d["src"], d["dst"], bandwidth_bps=d["bandwidth_bps"], latency_ms=d["latency_ms"],
@@ -286,14 +306,24 @@ class LeafBroker:
         return self.channel_keys.client(ep.router_id, client_id)
 
     # -- topology ----------------------------------------------------------------------------
-    async def add_router(self, ep: RouterEndpoint, role: RouterRole, capacity_eps: float) -> None:
+    async def add_router(self, ep: RouterEndpoint, role: RouterRole, capacity_eps: float,
+                         attributes: Mapping[str, str] | None = None) -> None:
+        """Add a router (or, registered already, follow its new address; ``attributes``, when given,
+        replace what is held: docs/topology.md, "Routers")."""
         if ":" in ep.name or "/" in ep.name:
             raise ValidationError(f"router name {ep.name!r} must not contain ':' or '/'", field="router.name")
         if not 1 <= ep.router_id < 1_000_000:
             raise ValidationError(f"router id {ep.router_id} must be 1..999999 (client ids start at 1000000)",
                                   field="router.router_id")
+        attrs = check_router_attributes(attributes or {})
         held = self.state.endpoints.get(ep.name)
         if held is not None:
+            if attributes is not None and attrs != self.state.router_attributes.get(ep.name, {}):
+                router = self.state.topology.routers[ep.name]
+                async with self.cloud.lock:
+                    self.state.router_attributes[ep.name] = attrs
+                    with self.store.transaction():
+                        self.store.put_router(held, router.role.value, router.capacity_eps, attrs)
             await self._readdress_router(held, ep, role)
             return
         if any(e.router_id == ep.router_id for e in self.state.endpoints.values()):
@@ -301,12 +331,13 @@ class LeafBroker:
         async with self.cloud.lock:
             self.state.topology.add_router(ep.name, role, capacity_eps)
             self.state.endpoints[ep.name] = ep
+            self.state.router_attributes[ep.name] = attrs
             self.cloud.links[ep.name] = self._new_link(ep)
             # Not used for paths until the supervisor has reached it and opened its channels.
             self.state.down.add(ep.name)
             self.cloud.resources_version += 1
             with self.store.transaction():
-                self.store.put_router(ep, role.value, capacity_eps)
+                self.store.put_router(ep, role.value, capacity_eps, attrs)
         await self.supervisor.check(ep.name)
         if self._started:
             self.link_watch.follow(ep.name)
@@ -332,7 +363,8 @@ class LeafBroker:
             self.state.down.add(ep.name)
             self.cloud.resources_version += 1
             with self.store.transaction():
-                self.store.put_router(ep, role.value, router.capacity_eps)
+                self.store.put_router(ep, role.value, router.capacity_eps,
+                                      self.state.router_attributes.get(ep.name))
         log.info("broker %s: router %s moved to %s:%d", self.name, ep.name, ep.event_host, ep.event_port)
         if old is not None:
             await old.close()
@@ -357,7 +389,8 @@ class LeafBroker:
             self.cloud.resources_version += 1
             router = self.state.topology.routers[name]
             with self.store.transaction():
-                self.store.put_router(ep, router.role.value, router.capacity_eps)
+                self.store.put_router(ep, router.role.value, router.capacity_eps,
+                                      self.state.router_attributes.get(name))
         log.info("broker %s: router %s reports its events at %s:%d; moved", self.name, name, event_host, event_port)
         topo = self.state.topology
         for neighbour in sorted({*topo.out_channels(name), *topo.in_channels(name)}):
@@ -385,6 +418,7 @@ class LeafBroker:
                                       field="name")
             removed = self.state.topology.remove_router(name)
             self.state.endpoints.pop(name, None)
+            self.state.router_attributes.pop(name, None)
             self.cloud.resources_version += 1
             link = self.cloud.links.pop(name, None)
             with self.store.transaction():

@@ -315,8 +315,10 @@ class QoSBrokerServicer(pb_grpc.QoSBrokerServicer):
             if not host or not port.isdigit() or not r.control_address:
                 raise ValidationError("a router needs event_address HOST:PORT and control_address",
                                       field="router.event_address")
+            # Attributes replace what is held only when some are given: a topology sidecar that announces
+            # a moved pod without them keeps the topology file's (docs/topology.md, "Routers").
             await self.broker.add_router(RouterEndpoint(r.name, r.router_id, r.control_address, host, int(port)),
-                                         role, float(r.capacity_eps or 50_000))
+                                         role, float(r.capacity_eps or 50_000), dict(r.attributes) or None)
             return pb.TopologyReply(topology_version=self.broker.state.version)
         return await rpc.guarded(context, call)
 
@@ -368,7 +370,8 @@ class QoSBrokerServicer(pb_grpc.QoSBrokerServicer):
         routers = [pb.RouterInfo(name=r.name, role=r.role.value, capacity_eps=int(r.capacity_eps),
                                  control_address=st.endpoints[r.name].control_address,
                                  event_address=f"{st.endpoints[r.name].event_host}:{st.endpoints[r.name].event_port}",
-                                 router_id=st.endpoints[r.name].router_id, up=r.name not in st.down)
+                                 router_id=st.endpoints[r.name].router_id, up=r.name not in st.down,
+                                 attributes=st.router_attributes.get(r.name, {}))
                    for r in st.topology if r.name in st.endpoints]
         channels = [pb.TopologyChannel(a=c.src, b=c.dst, bandwidth_bps=int(c.bandwidth_bps), latency_ms=c.latency_ms,
                                        capacity_eps=int(c.event_capacity_eps or 0))

@@ -247,6 +247,8 @@ class CloudState:
     name: str
     topology: Topology = field(default_factory=Topology)
     endpoints: dict[str, RouterEndpoint] = field(default_factory=dict)
+    #: What each router is (``RouterInfo.attributes``: description, coordinates, owner, site), by name.
+    router_attributes: dict[str, dict[str, str]] = field(default_factory=dict)
     registry: VariableRegistry = field(default_factory=VariableRegistry)
     clients: dict[tuple[str, str], Client] = field(default_factory=dict)
     subscriptions: dict[str, SubscriptionRecord] = field(default_factory=dict)

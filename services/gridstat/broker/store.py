@@ -180,8 +180,10 @@ class BrokerStore:
         return [json.loads(doc) for (doc,) in self._db.execute(f"SELECT doc FROM {table} ORDER BY rowid")]
 
     # -- typed helpers ---------------------------------------------------------------------------
-    def put_router(self, ep: RouterEndpoint, role: str, capacity_eps: float) -> None:
-        self.put("routers", ep.name, {**asdict(ep), "role": role, "capacity_eps": capacity_eps})
+    def put_router(self, ep: RouterEndpoint, role: str, capacity_eps: float,
+                   attributes: dict[str, str] | None = None) -> None:
+        self.put("routers", ep.name, {**asdict(ep), "role": role, "capacity_eps": capacity_eps,
+                                      "attributes": dict(attributes or {})})
 
     def put_client(self, c: Client) -> None:
         self.put("clients", f"{c.kind}/{c.name}", asdict(c))

@@ -144,7 +144,8 @@ def topology_data(view: bpb.TopologyView) -> Data:
         "parent": view.parent,
         "topology_version": view.topology_version,
         "routers": [{"name": r.name, "router_id": r.router_id, "role": r.role, "capacity_eps": r.capacity_eps,
-                     "up": r.up, "control_address": r.control_address, "event_address": r.event_address}
+                     "up": r.up, "control_address": r.control_address, "event_address": r.event_address,
+                     "attributes": dict(sorted(r.attributes.items()))}
                     for r in sorted(view.routers, key=lambda r: r.name)],
         "channels": [{"a": c.a, "b": c.b, "bandwidth_bps": c.bandwidth_bps, "latency_ms": c.latency_ms,
                       "capacity_eps": c.capacity_eps, "both_directions": c.both_directions}
@@ -313,8 +314,11 @@ def subscriptions_view(subs: list[Data]) -> RenderableType:
 def topology_view(d: Data) -> RenderableType:
     title = f"broker {d['broker'] or '?'}" + (f" (parent {d['parent']})" if d["parent"] else "") + \
         f", topology version {d['topology_version']}"
-    routers = _table("routers", ("name", "id", "role", "capacity ev/s", "state", "control"), (
-        (r["name"], r["router_id"], r["role"], r["capacity_eps"], r["up"], r["control_address"])
+    described = any(r.get("attributes") for r in d["routers"])
+    routers = _table("routers", ("name", "id", "role", "capacity ev/s", "state", "control",
+                                 *(("attributes",) if described else ())), (
+        (r["name"], r["router_id"], r["role"], r["capacity_eps"], r["up"], r["control_address"],
+         *((", ".join(f"{k}={v}" for k, v in r.get("attributes", {}).items()),) if described else ()))
         for r in d["routers"]))
     channels = _table("channels", ("from", "to", "bandwidth", "latency ms", "capacity ev/s", "both ways"), (
         (c["a"], c["b"], _bandwidth(c["bandwidth_bps"]), _ms(c["latency_ms"]), c["capacity_eps"] or "bandwidth",

@@ -465,7 +465,7 @@ class Runner:
             await self.leaves[r.cloud].call(f"AddRouter {r.name}", "AddRouter", bpb.AddRouterRequest(
                 router=bpb.RouterInfo(name=r.name, role=r.role, capacity_eps=r.capacity_eps,
                                       control_address=rp.control_address, event_address=rp.event_address,
-                                      router_id=r.router_id)))
+                                      router_id=r.router_id, attributes=dict(r.metadata))))
         inter = 0
         for link in t.links:
             ca, cb = t.router(link.a).cloud, t.router(link.b).cloud

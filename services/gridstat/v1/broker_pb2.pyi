@@ -1183,6 +1183,26 @@ Global___ListQueriesReply: _TypeAlias = ListQueriesReply  # noqa: Y015
 class RouterInfo(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class AttributesEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     NAME_FIELD_NUMBER: _builtins.int
     ROLE_FIELD_NUMBER: _builtins.int
     CAPACITY_EPS_FIELD_NUMBER: _builtins.int
@@ -1190,6 +1210,7 @@ class RouterInfo(_message.Message):
     EVENT_ADDRESS_FIELD_NUMBER: _builtins.int
     ROUTER_ID_FIELD_NUMBER: _builtins.int
     UP_FIELD_NUMBER: _builtins.int
+    ATTRIBUTES_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     role: _builtins.str
     """edge, internal, border"""
@@ -1202,6 +1223,13 @@ class RouterInfo(_message.Message):
     router_id: _builtins.int
     up: _builtins.bool
     """read only"""
+    @_builtins.property
+    def attributes(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """What the router is, as the topology file describes it (description, latitude, longitude, owner,
+        site; docs/topology.md): kept by the broker and shown by `gridstat topology show`. At most 16
+        entries, keys 1-64 and values 0-256 characters.
+        """
+
     def __init__(
         self,
         *,
@@ -1212,10 +1240,11 @@ class RouterInfo(_message.Message):
         event_address: _builtins.str = ...,
         router_id: _builtins.int = ...,
         up: _builtins.bool = ...,
+        attributes: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["capacity_eps", b"capacity_eps", "control_address", b"control_address", "event_address", b"event_address", "name", b"name", "role", b"role", "router_id", b"router_id", "up", b"up"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attributes", b"attributes", "capacity_eps", b"capacity_eps", "control_address", b"control_address", "event_address", b"event_address", "name", b"name", "role", b"role", "router_id", b"router_id", "up", b"up"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

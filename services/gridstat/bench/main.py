@@ -17,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 
+from gridstat.bench import dnp3 as dnp3_bench
 from gridstat.bench import granularity
 
 DEFAULT_DOC = "docs/benchmarks.md"
@@ -74,12 +75,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     pm.add_argument("--no-subscribers", action="store_true",
                     help="without the SDK subscribers (the PDC path alone: less load on a small machine)")
     _write_args(pm)
-    ie = sub.add_parser("iec104", help="IEC 60870-5-104 into GridStat: points/s per iec104-gateway core and alert "
-                                        "latency through two routers (docs/iec104.md; < 2 min)")
-    ie.add_argument("--quick", action="store_true", help="shorter windows, one repetition")
-    ie.add_argument("--points", type=int, default=300, help="measured values the outstation sends (default 300)")
-    ie.add_argument("--reps", type=int, default=0, help="repetitions (default 2, quick 1)")
-    _write_args(ie)
+    dn = sub.add_parser("dnp3", help="DNP3 into GridStat: points/s per dnp3-gateway core and alert latency through "
+                                     "two routers (docs/dnp3.md; < 2 min)")
+    dnp3_bench.add_arguments(dn)
+    _write_args(dn)
     granularity.add_parsers(sub, _write_args)
     s = sub.add_parser("shapes", help="the dissertation's multicast-with-filtering and condensation experiments "
                                       "(Tables 8.28-8.32, 8.37-8.47): shapes beside its figures")
@@ -198,12 +197,11 @@ def run(args: argparse.Namespace) -> int:
         pmu_runs = pmu.run_pmu_bench(pmus=args.pmus, reps=args.reps or (1 if args.quick else 3), quick=args.quick,
                                      log=_log, served=served, subscribers=not args.no_subscribers)
         return _publish(pmu.report(pmu_runs, report.facts_md(facts)), target, "pmu")
-    if args.bench == "iec104":
-        from gridstat.bench import iec104
-
-        runs = iec104.run_iec104_bench(points=args.points, reps=args.reps or (1 if args.quick else 2),
-                                       quick=args.quick, log=_log)
-        return _publish(iec104.report(runs, report.facts_md(facts)), target, "iec104")
+    if args.bench == "dnp3":
+        runs = dnp3_bench.run_dnp3_bench(analogs=args.analogs or (300 if args.quick else 1_000),
+                                         reps=args.reps or (1 if args.quick else 2),
+                                         window_s=5.0 if args.quick else 10.0, log=_log)
+        return _publish(dnp3_bench.report(runs, report.facts_md(facts)), target, "dnp3")
     if args.bench == "auth":
         from gridstat.bench import auth
 

@@ -79,6 +79,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                      "two routers (docs/dnp3.md; < 2 min)")
     dnp3_bench.add_arguments(dn)
     _write_args(dn)
+    ie = sub.add_parser("iec104", help="IEC 60870-5-104 into GridStat: points/s per iec104-gateway core and alert "
+                                        "latency through two routers (docs/iec104.md; < 2 min)")
+    ie.add_argument("--quick", action="store_true", help="shorter windows, one repetition")
+    ie.add_argument("--points", type=int, default=300, help="measured values the outstation sends (default 300)")
+    ie.add_argument("--reps", type=int, default=0, help="repetitions (default 2, quick 1)")
+    _write_args(ie)
     granularity.add_parsers(sub, _write_args)
     s = sub.add_parser("shapes", help="the dissertation's multicast-with-filtering and condensation experiments "
                                       "(Tables 8.28-8.32, 8.37-8.47): shapes beside its figures")
@@ -197,6 +203,12 @@ def run(args: argparse.Namespace) -> int:
         pmu_runs = pmu.run_pmu_bench(pmus=args.pmus, reps=args.reps or (1 if args.quick else 3), quick=args.quick,
                                      log=_log, served=served, subscribers=not args.no_subscribers)
         return _publish(pmu.report(pmu_runs, report.facts_md(facts)), target, "pmu")
+    if args.bench == "iec104":
+        from gridstat.bench import iec104
+
+        runs = iec104.run_iec104_bench(points=args.points, reps=args.reps or (1 if args.quick else 2),
+                                       quick=args.quick, log=_log)
+        return _publish(iec104.report(runs, report.facts_md(facts)), target, "iec104")
     if args.bench == "dnp3":
         runs = dnp3_bench.run_dnp3_bench(analogs=args.analogs or (300 if args.quick else 1_000),
                                          reps=args.reps or (1 if args.quick else 2),

@@ -45,7 +45,8 @@ def decode(data: bytes | memoryview, offset: int = 0) -> Cp56Time:
     ms = data[offset] | data[offset + 1] << 8
     minute, hour, day, month, year = (data[offset + 2] & 0x3F, data[offset + 3] & 0x1F, data[offset + 4] & 0x1F,
                                       data[offset + 5] & 0x0F, data[offset + 6] & 0x7F)
-    if ms > 59_999 or minute > 59 or hour > 23 or not 1 <= month <= 12 or not 1 <= day <= _DAYS_IN_MONTH[month - 1]:
+    if ms > 59_999 or minute > 59 or hour > 23 or year > 99 or not 1 <= month <= 12 \
+            or not 1 <= day <= _DAYS_IN_MONTH[month - 1]:
         raise Iec104Error(DropReason.BAD_TIME, f"not a time: {year:02d}-{month:02d}-{day:02d} {hour:02d}:"
                           f"{minute:02d} +{ms} ms", field="CP56Time2a")
     flags = (TIME_INVALID if data[offset + 2] & 0x80 else 0) | (SUMMER_TIME if data[offset + 3] & 0x80 else 0)

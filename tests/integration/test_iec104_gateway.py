@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -110,6 +111,14 @@ def start_gateway(tmp: Path, port: int, edge_port: int, *extra: str) -> Gateway:
     return Gateway(proc, out)
 
 
+def scrape(gw: Gateway) -> str:
+    """The gateway's /metrics (its READY line says the port)."""
+    ready = next(x for x in gw.out.read_text().splitlines() if x.startswith("READY "))
+    port = int(ready.split("metrics_port=")[1].split()[0])
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        return str(r.read().decode())
+
+
 @contextlib.contextmanager
 def stopping(*things: Any) -> Iterator[None]:
     try:
@@ -177,7 +186,7 @@ async def test_c104_outstation_values_time_quality_alerts_and_reconnect(
                      f"  - {{ca: {CA}, ioa: 11, name: feeder/p_mw, kind: float, attributes: {{units: MW}}}}\n"
                      f"  - {{ca: {CA}, ioa: 12, variable: breaker, kind: single, min_interval_ms: 1}}\n")
     gw = start_gateway(tmp_path, port, edge, "--map", str(names), "--interval-ms", str(CYCLE_MS),
-                       "--common-address", str(CA))
+                       "--common-address", str(CA), "--metrics-port", "0")
     with stopping(gw):
         try:
             power = await subscribe(sub, "feeder/p_mw", FLOAT, CYCLE_MS)
@@ -224,6 +233,11 @@ async def test_c104_outstation_values_time_quality_alerts_and_reconnect(
             await until(lambda: gw.stats().get("alerts_published", 0) >= 2, timeout_s=5, what="a stats line")
             stats = gw.stats()
             assert stats["state"] == "started" and stats["drops"] == {} and stats["interrogations_completed"] == 1
+            # /metrics (--metrics-port): the same counts, drop reasons from 0, the link up.
+            metrics = await asyncio.to_thread(scrape, gw)
+            assert f'gridstat_iec104_link_up{{gateway="iec104-gateway",outstation="127.0.0.1:{port}"}} 1.0' in metrics
+            assert 'reason="bad_sequence"} 0.0' in metrics and 'type="M_SP_TB_1"}' in metrics
+            assert "gridstat_iec104_alerts_published_total{" in metrics
             # The outstation goes away; the point changes meanwhile; it comes back on the same port.
             station.stop()
             await until(lambda: gw.stats().get("reconnects", 0) >= 1, timeout_s=15, what="the gateway to notice")

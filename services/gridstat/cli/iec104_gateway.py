@@ -13,7 +13,8 @@ reconnects with a capped, jittered back-off. docs/iec104.md describes the variab
 quality and time, and the counters.
 
 It prints ``READY name=<name> outstation=<host:port> edge=<host:port>`` (`` metrics_port=N`` with
-``--metrics-port``), then a stats line every ``--stats-every-s`` (``-o json``: one object per line)::
+``--metrics-port``: ``gridstat_iec104_*`` on /metrics, telemetry/iec104.py), then a stats line every
+``--stats-every-s`` (``-o json``: one object per line)::
 
     {"kind":"iec104-gateway","name":"iec104-gateway","final":false,"ts_ms":..,"uptime_s":..,"state":"started",
      "asdus":{"M_ME_NC_1":N,...},"drops":{},"reconnects":0,"interrogations":1,"events_published":M,...,
@@ -45,6 +46,8 @@ from gridstat.errors import ValidationError
 from gridstat.gateways.iec104 import DEFAULT_PORT, GatewayOptions, Iec104Gateway, PointMap, load_point_map
 from gridstat.gateways.iec104.asdu import GLOBAL_ADDRESS
 from gridstat.gateways.iec104.mapping import MAX_INTERVAL_MS
+from gridstat.telemetry import roles as telemetry
+from gridstat.telemetry.iec104 import Iec104Collector
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -92,6 +95,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     t.add_argument("--timeout", type=float, default=10.0, metavar="S",
                    help="deadline of each call to the edge router (default 10)")
     add_edge_client_arguments(p, log_level_help="log level on stderr (default WARNING)")
+    # --metrics-port: gridstat_iec104_* on /metrics (telemetry/iec104.py), as goose-gateway
+    telemetry.add_arguments(p)
 
 
 def parse_outstation(value: str, *, allow_remote: bool) -> tuple[str, int]:
@@ -174,7 +179,10 @@ async def _run(args: argparse.Namespace, options: GatewayOptions, points: PointM
     runner = Runner("iec104-gateway", args)
     runner.install()
     gateway = Iec104Gateway(options, points=points, tls=tls)
-    runner.line(f"READY name={args.name} outstation={gateway.outstation} edge={options.edge}")
+    tel = telemetry.RoleTelemetry.from_args("gateway", args.name, args)
+    tel.add_collector(Iec104Collector(args.name, gateway.outstation, gateway.stats.as_dict))
+    await tel.start()
+    runner.line(f"READY name={args.name} outstation={gateway.outstation} edge={options.edge}{tel.ready_suffix()}")
     task = asyncio.ensure_future(gateway.run(runner.stop))
     try:
         await runner.report_until_stopped(lambda: stats(args, runner, gateway, final=False))
@@ -183,6 +191,7 @@ async def _run(args: argparse.Namespace, options: GatewayOptions, points: PointM
         runner.stop.set()
         if not task.done():
             await task
+        await tel.stop()
         runner.emit(*stats(args, runner, gateway, final=True))
     return EXIT_OK
 

@@ -39,7 +39,7 @@ from gridstat.errors import ValidationError
 from gridstat.gateways.dnp3 import Dnp3Gateway, GatewayOptions, PointMap, SessionSettings, load_point_map
 from gridstat.gateways.dnp3.mapping import MAX_INTERVAL_MS
 
-#: DNP3's registered TCP port (IEEE 1815-2012 Annex G).
+#: DNP3's registered TCP port (IANA).
 DEFAULT_PORT = 20000
 
 

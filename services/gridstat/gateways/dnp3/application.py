@@ -19,7 +19,7 @@ UNS = 0x10
 
 
 class FunctionCode(enum.IntEnum):
-    """The function codes the master sends or reads (Table 4-1)."""
+    """The function codes the master sends or reads."""
 
     CONFIRM = 0x00
     READ = 0x01
@@ -31,7 +31,7 @@ class FunctionCode(enum.IntEnum):
 
 
 class Iin(enum.IntFlag):
-    """Internal indications (4.2.2.7): IIN1 in the low octet, IIN2 in the high one."""
+    """Internal indications: IIN1 in the low octet, IIN2 in the high one."""
 
     BROADCAST = 0x0001
     CLASS_1_EVENTS = 0x0002
@@ -110,7 +110,7 @@ def read_request(sequence: int, variations: tuple[int, ...]) -> bytes:
 
 
 def confirm(sequence: int, *, unsolicited: bool) -> bytes:
-    """CONFIRM of a response fragment (4.4.1.1); UNS echoes an unsolicited response's."""
+    """CONFIRM of a response fragment; UNS echoes an unsolicited response's."""
     return bytes((_control(sequence, uns=unsolicited), FunctionCode.CONFIRM))
 
 

@@ -1,4 +1,4 @@
-"""The DNP3 CRC (IEEE 1815-2012 9.2.4.1.3): CRC-16 with polynomial 0x3D65 (bit-reversed 0xA6BC), initial
+"""The DNP3 CRC (IEEE 1815-2012, the data link layer): CRC-16 with polynomial 0x3D65 (bit-reversed 0xA6BC), initial
 value 0, the one's complement of the register sent low octet first."""
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ BLOCK_SIZE = 16
 #: User data octets in one frame at most (LENGTH 255 less CONTROL and the two addresses).
 MAX_USER_DATA = 250
 
-#: CONTROL bits (9.2.4.1.3): DIR (set in a master's frames), PRM (a primary frame), FCB, FCV / DFC.
+#: CONTROL bits: DIR (set in a master's frames), PRM (a primary frame), FCB, FCV / DFC.
 DIR = 0x80
 PRM = 0x40
 FCB = 0x20
@@ -30,7 +30,7 @@ FCV = 0x10
 
 
 class PrimaryFunction(enum.IntEnum):
-    """Link functions of a primary frame (PRM = 1), Table 9-1."""
+    """Link functions of a primary frame (PRM = 1)."""
 
     RESET_LINK_STATES = 0
     TEST_LINK_STATES = 2
@@ -40,7 +40,7 @@ class PrimaryFunction(enum.IntEnum):
 
 
 class SecondaryFunction(enum.IntEnum):
-    """Link functions of a secondary frame (PRM = 0), Table 9-2."""
+    """Link functions of a secondary frame (PRM = 0)."""
 
     ACK = 0
     NACK = 1

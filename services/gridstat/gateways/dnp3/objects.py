@@ -1,4 +1,4 @@
-"""The objects of a response, sans I/O (IEEE 1815-2012 clause 4.2.2 and Annex A): binary and analog
+"""The objects of a response, sans I/O (IEEE 1815-2012, the application layer's objects): binary and analog
 inputs with their flags and times out of a fragment; every other object sized and skipped.
 
 Read: g1v1 and g1v2 (binary input), g2v1, g2v2 and g2v3 (binary input event: no time, absolute time,
@@ -24,7 +24,7 @@ class PointKind(enum.StrEnum):
 
 
 class Flags(enum.IntFlag):
-    """Point flags (Tables 11-2, 11-8): the low five bits are common; bit 5 and 6 are OVER_RANGE and
+    """Point flags as the standard defines them: the low five bits are common; bit 5 and 6 are OVER_RANGE and
     REFERENCE_ERR of an analog (CHATTER_FILTER of a binary), bit 7 the binary's STATE."""
 
     ONLINE = 0x01

@@ -4,7 +4,7 @@ frames to send and points out (docs/dnp3.md, "The master").
 ``connected(now_s)`` starts the association: with unsolicited responses, DISABLE UNSOLICITED first, then
 the integrity poll (READ class 1, 2, 3 and 0), then ENABLE UNSOLICITED; without, the integrity poll. Then
 it polls the events (class 1, 2, 3) every ``event_poll_s`` and does an integrity poll every
-``integrity_poll_s``. The internal indications steer it (IEEE 1815-2012 4.2.2.7, 5.1): DEVICE_RESTART
+``integrity_poll_s``. The internal indications steer it (IEEE 1815-2012): DEVICE_RESTART
 clears the restart indication (WRITE g80v1 index 7) and polls integrity again; EVENT_BUFFER_OVERFLOW polls
 integrity; a class's events pending are polled at once. Responses asking for CONFIRM are confirmed,
 unsolicited ones with UNS. One request is out at a time; one unanswered for ``response_timeout_s`` is

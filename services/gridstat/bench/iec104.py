@@ -6,9 +6,10 @@ leaf broker routes to edge router e2 (two routers in all), where an SDK subscrib
 takes a single point (an alert variable) and a few measured values.
 
 The outstation answers STARTDT and the general interrogation, then sends short floats (M_ME_NC_1, 30
-per ASDU, cause periodic) over ``points`` information objects within the standard's k = 12 window,
-and every ``ALERT_EVERY_MS`` a change of one single point (M_SP_TB_1, cause spontaneous) stamped with
-its CP56Time2a at the instant it is written (it waits for the millisecond to turn, so the tag's
+per ASDU, cause periodic) over ``points`` information objects within the standard's k = 12 window
+(less one I frame, kept for spontaneous data, which an outstation sends before cyclic data), and
+every ``ALERT_EVERY_MS`` a change of one single point (M_SP_TB_1, cause spontaneous) stamped with its
+CP56Time2a at the instant it is written (it waits for the millisecond to turn, so the tag's
 truncation costs under 0.1 ms).
 
 Two phases after the registrations: **alerts** -- a background load of ``LOAD_POINTS_PER_S`` points/s
@@ -139,10 +140,12 @@ class BenchOutstation:
                 t.cancel()
             writer.close()
 
-    async def _send(self, writer: asyncio.StreamWriter, body: bytes) -> None:
+    async def _send(self, writer: asyncio.StreamWriter, body: bytes, *, reserve: int = 0) -> None:
+        """Send within the k window, leaving ``reserve`` of it free (cyclic data leaves one I frame for
+        spontaneous data, which an outstation sends first)."""
         from gridstat.gateways.iec104 import apci
 
-        while (self.send_seq - self.acked) % apci.SEQ_MOD >= self.k:
+        while (self.send_seq - self.acked) % apci.SEQ_MOD >= self.k - reserve:
             self.room.clear()
             await self.room.wait()
         writer.write(apci.encode_i(self.send_seq, self.recv_seq, body))
@@ -175,7 +178,7 @@ class BenchOutstation:
                 delay = due - time.monotonic()
                 if delay > 0:
                     await asyncio.sleep(delay)
-            await self._send(writer, self.bodies[n % len(self.bodies)])
+            await self._send(writer, self.bodies[n % len(self.bodies)], reserve=1)
             n += 1
             sent += 1
             if n % 8 == 0:
@@ -368,7 +371,17 @@ def report(runs: list[Iec104Run], facts_line: str) -> str:
               f"p99 **{p99:.2f} ms** with {LOAD_POINTS_PER_S:,} points/s beside it (target {TARGET_ALERT_P99_MS:g} ms: "
               f"{'met' if p99 <= TARGET_ALERT_P99_MS else 'not met'}), {p99_sat:.2f} ms while the gateway is "
               f"saturated; registrations of {r0.points + 1:,} variables took {r0.registration_s:.1f} s; gateway "
-              f"drops {drops or 'none'}, alerts refused as too early {sum(r.alerts_too_early for r in runs)}.", ""]
+              f"drops {drops or 'none'}, alerts refused as too early {sum(r.alerts_too_early for r in runs)}.", "",
+              "**Reading.** The gateway's per-core rate is far above the target: an ASDU of 30 values is one "
+              "decode and one `publish_many` (one datagram), so the cost per point is a few microseconds. In the "
+              "saturation phase the window (k = 12 I frames outstanding, acknowledged every w = 8) and the round "
+              "trip bound the rate as much as the gateway's CPU does, so its CPU share stays below one core; "
+              "points per core is the rate over that share. The alert latency's median is under a millisecond "
+              "with background load and a few milliseconds at saturation, where an alert waits behind the cyclic "
+              "ASDUs already in the TCP stream and in the gateway's read; its p99 follows the machine's load "
+              "(every role here is a Python process on two shared cores, the load average in the table): the "
+              "target is met or missed by the scheduler's delays, not by the gateway's work per alert. A "
+              "measurement on an unloaded machine is the open item.", ""]
     return "\n".join(lines)
 
 

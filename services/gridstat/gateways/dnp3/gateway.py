@@ -31,8 +31,11 @@ from gridstat.gateways.pmu.transport import DeviceConnection
 
 log = logging.getLogger(__name__)
 
-#: How often the session's timeouts and the periodic grid are looked at.
-TICK_S = 0.005
+#: The longest sleep between two looks at the session's timeouts and polls; the periodic grid's next
+#: instant wakes the loop sooner.
+TICK_S = 0.05
+#: The shortest sleep (a grid instant due now is published at once; this keeps the loop from spinning).
+MIN_TICK_S = 0.001
 
 
 @dataclass(frozen=True)
@@ -155,8 +158,12 @@ class Dnp3Gateway:
 
     async def _tick(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
+            sleep_s = TICK_S
+            due_ms = self.table.next_due_ms()
+            if due_ms is not None:
+                sleep_s = min(TICK_S, max(MIN_TICK_S, (due_ms - clock.now_ms()) / 1000))
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), TICK_S)
+                await asyncio.wait_for(stop.wait(), sleep_s)
             if stop.is_set():
                 conn = self.connection
                 if conn is not None:

@@ -249,9 +249,10 @@ class Subscriber:
             self.recover(sub, on_recovered=on_recovered, recovered=recovered)
         self._remote_ids[var.variable_id] = result.subscription_id
         sub.admission = result.admission
-        if modes:
-            sub.mode_intervals = granted
-            sub.in_mode = self.current_mode in wanted
+        # The modes it has QoS in, one or several: in another mode nothing is routed to it, so nothing is
+        # expected (no gaps, no violations; gridstat_subscription_active 0; docs/modes.md).
+        sub.mode_intervals = granted
+        sub.in_mode = self.current_mode in wanted
         return sub
 
     def recover(self, sub: Subscription, *, on_recovered: EventCallback | None = None,

@@ -347,6 +347,10 @@ class SubscriberCollector(_Base):
         interval = _gauge("gridstat_subscription_interval_seconds", "The subscription's requested interval", labels)
         last = _gauge("gridstat_subscription_last_event_timestamp_seconds",
                       "Publication timestamp of the newest delivered event (Unix seconds)", labels)
+        # 0 while the current operating mode is not one of the subscription's (docs/modes.md): nothing is
+        # expected then, and the stall and rate alerts leave it alone.
+        active = _gauge("gridstat_subscription_active",
+                        "1 while the subscription expects events (it has QoS in the current mode), else 0", labels)
         for s in sub.subscriptions():
             lv = [n, s.variable.full_name]
             st = s.stats
@@ -361,7 +365,9 @@ class SubscriberCollector(_Base):
             interval.add_metric(lv, float(s.interval_ms) / 1000)
             if s.holder is not None:
                 last.add_metric(lv, s.holder.timestamp_ms / 1000)
+            active.add_metric(lv, 1.0 if getattr(s, "active", True) and getattr(s, "in_mode", True) else 0.0)
         yield from counts.values()
+        yield active
         yield latency
         yield bound
         yield interval

@@ -62,6 +62,7 @@ class GatewayOptions:
             raise ValidationError(f"port must be 1..65535, not {self.port}", field="port")
         if not self.t0_s > 0:
             raise ValidationError(f"t0 must be positive, got {self.t0_s}", field="t0_s")
+        self.settings()  # k, w, t1-t3 and the common addresses checked now, not at the first connect
 
     def settings(self) -> SessionSettings:
         return SessionSettings(k=self.k, w=self.w, t1_s=self.t1_s, t2_s=self.t2_s, t3_s=self.t3_s,

@@ -36,7 +36,11 @@ REJECTION_REASONS = ("NoFeasiblePath", "LatencyUnattainable", "CapacityExceeded"
                      UNKNOWN_VARIABLE, "TypeMismatch", "Unauthorized", "InvalidArgument", "AlreadyExists",
                      "NotFound")
 #: The outcomes of a broker's mode change, each counted from 0 at the start for the same reason.
-MODE_CHANGE_OUTCOMES = ("committed", "failed")
+MODE_CHANGE_OUTCOMES = ("committed", "failed", "refused")
+#: A mode change refused before anything changed (another one runs, an unknown mode, not allowed):
+#: outcome ``refused``, which the ModeChangeFailed alert leaves alone (docs/telemetry.md).
+MODE_CHANGE_REFUSALS = frozenset({"ModeChangeInProgress", "InvalidArgument", "UnknownMode", "NotFound", "Unauthorized",
+                                  "PermissionDenied"})
 
 
 def _modes(qos: Any) -> list[dict[str, Any]]:
@@ -135,7 +139,8 @@ class BrokerRecorder:
             try:
                 result = await fn(target, *args, **kwargs)
             except GridStatError as exc:
-                self._mode(int(target), before, "failed", time.perf_counter() - t0, exc.reason)
+                outcome = "refused" if exc.reason in MODE_CHANGE_REFUSALS else "failed"
+                self._mode(int(target), before, outcome, time.perf_counter() - t0, exc.reason)
                 raise
             if getattr(result, "changed", True):
                 self._mode(int(getattr(result, "current_mode", target)), before, "committed",

@@ -89,7 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--nominal-hz", type=float, default=60.0)
     p.add_argument("--band-hz", type=float, default=0.05)
     p.add_argument("--out", required=True)
+    tio.add_kafka_options(p)
     args = p.parse_args(argv)
+    tio.use_kafka_options(p, args)
     regions = json.loads(Path(args.regions).read_text()) if args.regions else {}
     spark = tio.session("gridstat-archive-analytics")
     stats, freq = run(spark, load(spark, table=args.table, kafka=args.kafka), Path(args.out), regions,

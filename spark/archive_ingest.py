@@ -91,7 +91,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="copies of a record whose Kafka timestamps are this close are one row (a Spark interval)")
     p.add_argument("--timeout-s", type=float, default=None, help="stop after this long (default: run until killed)")
     p.add_argument("--available-now", action="store_true", help="ingest what is in Kafka now, then stop")
+    tio.add_kafka_options(p)
     args = p.parse_args(argv)
+    tio.use_kafka_options(p, args)
     spark = tio.session("gridstat-archive-ingest")
     if args.available_now:
         query = (_writer(spark, args.kafka, args.out, args.checkpoint, dedup_horizon=args.dedup_horizon,

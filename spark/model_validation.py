@@ -198,7 +198,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--abs-tolerance", type=float, default=0.5, help="absolute tolerance added (default 0.5)")
     p.add_argument("--batch-seconds", type=float, default=5.0,
                    help="batch length of the batch-means standard errors (default 5)")
+    tio.add_kafka_options(p)
     args = p.parse_args(argv)
+    tio.use_kafka_options(p, args)
     pred = json.loads(Path(args.predictions).read_text())
     spark = tio.session("gridstat-model-validation")
     ok, rows, summ = run(spark, args.kafka, pred, Path(args.out), tolerance=args.tolerance,

@@ -84,6 +84,7 @@ def start(spark: SparkSession, bootstrap: str, checkpoint: str, *, trigger_ms: i
     return (found.select(F.col("subscription").alias("key"), F.to_json(F.struct(*found.columns)).alias("value"))
             .writeStream.format("kafka")
             .option("kafka.bootstrap.servers", bootstrap)
+            .options(**tio.KAFKA_OPTIONS)
             .option("topic", out_topic)
             .option("checkpointLocation", checkpoint)
             .trigger(processingTime=trigger)
@@ -100,7 +101,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--interval-tolerance", type=float, default=0.5)
     p.add_argument("--parquet", default=None, help="also keep the alerts in this parquet folder")
     p.add_argument("--timeout-s", type=float, default=None, help="stop after this long (default: run until killed)")
+    tio.add_kafka_options(p)
     args = p.parse_args(argv)
+    tio.use_kafka_options(p, args)
     spark = tio.session("gridstat-qos-alerts")
     query = start(spark, args.kafka, args.checkpoint, trigger_ms=args.trigger_ms, starting=args.starting_offsets,
                   interval_tolerance=args.interval_tolerance, parquet=args.parquet)

@@ -138,7 +138,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True, help="output folder (parquet tables and report.html)")
     p.add_argument("--interval-tolerance", type=float, default=0.02,
                    help="delivered interval may exceed the requested one by this fraction")
+    tio.add_kafka_options(p)
     args = p.parse_args(argv)
+    tio.use_kafka_options(p, args)
     spark = tio.session("gridstat-qos-compliance")
     rows = run(spark, args.kafka, Path(args.out), interval_tolerance=args.interval_tolerance)
     bad = [r for r in rows if not r["compliant"]]

@@ -14,12 +14,20 @@ after an upgrade) are both read, as version 2 columns: a version 1 record's ``in
 Run the jobs with scripts/spark-submit.sh, which puts Spark's built-in Kafka source
 (spark-sql-kafka-0-10 and its dependencies, resolved from Maven Central by
 scripts/spark-deps.sh) on the class path.
+
+A Kafka with TLS or SASL: every job takes ``--kafka-option KEY=VALUE`` (repeated) and
+``--kafka-options-file FILE`` (``KEY=VALUE`` lines, for ``kafka.sasl.jaas.config`` and its password),
+passed to Spark's Kafka source and sink as they are (``kafka.security.protocol``, ``kafka.ssl.*``,
+``kafka.sasl.*``; docs/telemetry.md, "Kafka security", and Spark's Structured Streaming + Kafka
+Integration Guide, "Kafka Specific Configurations").
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +101,63 @@ def schema_for(kind: str, version: int = VERSION) -> T.StructType:
     return result
 
 
+#: Options of Spark's Kafka source and sink beyond the bootstrap servers (``--kafka-option``), set by
+#: :func:`use_kafka_options`: ``kafka.security.protocol``, ``kafka.ssl.*``, ``kafka.sasl.*`` ...
+KAFKA_OPTIONS: dict[str, str] = {}
+#: Chosen by the jobs themselves, not by --kafka-option.
+RESERVED_KAFKA_OPTIONS = ("kafka.bootstrap.servers", "subscribe", "subscribePattern", "assign", "topic")
+
+
+def parse_kafka_options(items: Iterable[str]) -> dict[str, str]:
+    """``["kafka.security.protocol=SSL", ...]`` -> ``{"kafka.security.protocol": "SSL"}``; the value may hold
+    ``=`` (a JAAS line does). ValueError for an item without ``=``, a key not under ``kafka.`` (Spark passes
+    only those to the Kafka client) or one the jobs set themselves."""
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ValueError(f"--kafka-option {key or item!r}: give KEY=VALUE")
+        if key in RESERVED_KAFKA_OPTIONS:
+            raise ValueError(f"--kafka-option {key}: set by the job itself (--kafka)")
+        if not key.startswith("kafka."):
+            raise ValueError(f"--kafka-option {key}: Kafka client options are kafka.<name> "
+                             "(kafka.security.protocol, kafka.ssl.truststore.location, kafka.sasl.jaas.config ...)")
+        out[key] = value
+    return out
+
+
+def read_kafka_options_file(path: str) -> list[str]:
+    """The ``KEY=VALUE`` lines of ``path`` (blank lines and ``#`` comments skipped)."""
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    return [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
+
+
+def add_kafka_options(p: argparse.ArgumentParser) -> None:
+    """``--kafka-option KEY=VALUE`` (repeated) and ``--kafka-options-file FILE``, for every job."""
+    p.add_argument("--kafka-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="an option of Spark's Kafka source and sink, e.g. kafka.security.protocol=SASL_SSL "
+                        "(repeat it; docs/telemetry.md, Kafka security)")
+    p.add_argument("--kafka-options-file", default=None, metavar="FILE",
+                   help="KEY=VALUE lines like --kafka-option: for kafka.sasl.jaas.config, whose password the "
+                        "command line would show")
+
+
+def use_kafka_options(p: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, str]:
+    """Parse the job's ``--kafka-option``/``--kafka-options-file`` into ``KAFKA_OPTIONS`` (a usage error
+    through ``p`` if one is wrong); the file's come first, the command line's win."""
+    items: list[str] = []
+    try:
+        if args.kafka_options_file:
+            items += read_kafka_options_file(args.kafka_options_file)
+        options = parse_kafka_options([*items, *args.kafka_option])
+    except (OSError, ValueError) as exc:
+        p.error(str(exc))
+    KAFKA_OPTIONS.clear()
+    KAFKA_OPTIONS.update(options)
+    return options
+
+
 def kafka_reader(spark: SparkSession, bootstrap: str, kind: str, *, stream: bool = False,
                  starting: str = "earliest", max_offsets_per_trigger: int | None = None) -> DataFrame:
     """Kafka rows (key, value, topic, partition, offset, timestamp) of a record kind's topic."""
@@ -101,7 +166,8 @@ def kafka_reader(spark: SparkSession, bootstrap: str, kind: str, *, stream: bool
          .option("kafka.bootstrap.servers", bootstrap)
          .option("subscribe", TOPICS[kind])
          .option("startingOffsets", starting)
-         .option("failOnDataLoss", "false"))
+         .option("failOnDataLoss", "false")
+         .options(**KAFKA_OPTIONS))
     if not stream:
         r = r.option("endingOffsets", "latest")
     if stream and max_offsets_per_trigger:
@@ -146,6 +212,8 @@ def topics(spark: SparkSession, bootstrap: str, *, timeout_s: float = 30.0) -> s
     props = jvm.java.util.Properties()
     props.put("bootstrap.servers", bootstrap)
     props.put("request.timeout.ms", str(int(timeout_s * 1000)))
+    for key, value in KAFKA_OPTIONS.items():  # the Kafka client's own names, without Spark's "kafka."
+        props.put(key.removeprefix("kafka."), value)
     admin = jvm.org.apache.kafka.clients.admin.AdminClient.create(props)
     try:
         return set(admin.listTopics().names().get())

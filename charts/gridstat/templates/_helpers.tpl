@@ -173,6 +173,57 @@ single-replica workload's). input: (dict "root" $ "exporter" "rel-gridstat-broke
 - {{ printf "--telemetry-exporter=%s/%s" .root.Release.Namespace .exporter | quote }}
 - --telemetry-interval-ms={{ int64 $t.intervalMs }}
 - --telemetry-buffer={{ int64 $t.bufferRecords }}
+{{- include "gridstat.kafkaSecurityArgs" .root }}
+{{- end }}
+{{- end -}}
+
+{{/*
+TLS and SASL to Kafka (docs/telemetry.md, "Kafka security"; docs/kubernetes.md, "Telemetry, archive and
+Spark jobs"), for every pod with Kafka args (gridstat.kafkaArgs includes the flags) and the history service.
+telemetry.kafka.tls.secretName: its ca.crt (and with tls.clientCertificate its tls.crt/tls.key) mounted at
+/etc/gridstat/kafka-tls; telemetry.kafka.sasl.secretName: its keys username and password as the env vars
+GRIDSTAT_KAFKA_SASL_USERNAME/PASSWORD, never as args. gridstat.kafkaSecurityArgs: input the root context,
+output "- --flag" items. The others: input (dict "root" $ "always" true|false): with always false only
+when telemetry.kafka.bootstrap is set (the pod then has --kafka); output list items or nothing.
+*/}}
+{{- define "gridstat.kafkaSecurityArgs" -}}
+{{- $k := .Values.telemetry.kafka -}}
+{{- if $k.tls.secretName }}
+- --kafka-tls-ca=/etc/gridstat/kafka-tls/ca.crt
+{{- if $k.tls.clientCertificate }}
+- --kafka-tls-cert=/etc/gridstat/kafka-tls/tls.crt
+- --kafka-tls-key=/etc/gridstat/kafka-tls/tls.key
+{{- end }}
+{{- end }}
+{{- if $k.sasl.secretName }}
+- {{ printf "--kafka-sasl-mechanism=%s" $k.sasl.mechanism | quote }}
+{{- end }}
+{{- end -}}
+
+{{- define "gridstat.kafkaMounts" -}}
+{{- $k := .root.Values.telemetry.kafka -}}
+{{- if and (or .always $k.bootstrap) $k.tls.secretName -}}
+- {name: kafka-tls, mountPath: /etc/gridstat/kafka-tls, readOnly: true}
+{{- end }}
+{{- end -}}
+
+{{- define "gridstat.kafkaVolumes" -}}
+{{- $k := .root.Values.telemetry.kafka -}}
+{{- if and (or .always $k.bootstrap) $k.tls.secretName -}}
+- name: kafka-tls
+  secret:
+    secretName: {{ $k.tls.secretName | quote }}
+    defaultMode: 0440
+{{- end }}
+{{- end -}}
+
+{{- define "gridstat.kafkaEnv" -}}
+{{- $k := .root.Values.telemetry.kafka -}}
+{{- if and (or .always $k.bootstrap) $k.sasl.secretName -}}
+- name: GRIDSTAT_KAFKA_SASL_USERNAME
+  valueFrom: {secretKeyRef: {name: {{ $k.sasl.secretName | quote }}, key: username}}
+- name: GRIDSTAT_KAFKA_SASL_PASSWORD
+  valueFrom: {secretKeyRef: {name: {{ $k.sasl.secretName | quote }}, key: password}}
 {{- end }}
 {{- end -}}
 
@@ -664,10 +715,11 @@ that certificate (docs/security.md, "Client identity").
 {{- define "gridstat.validateValues.telemetry" -}}
 {{- $root := . -}}
 {{- $k := .Values.telemetry.kafka -}}
-{{- range $what := list "tls" "sasl" -}}
-{{- if (index $k $what).secretName }}
-telemetry.kafka.{{ $what }}.secretName: the roles' Kafka client (gridstat.telemetry, aiokafka) has no {{ upper $what }} options yet, so the chart cannot pass this Secret to it; reach Kafka over a plaintext listener on a trusted network (a NetworkPolicy around it) and leave telemetry.kafka.{{ $what }}.secretName empty (docs/kubernetes.md, "Telemetry, archive and Spark jobs").
+{{- if and $k.sasl.secretName (not $k.tls.secretName) }}
+telemetry.kafka.sasl.secretName: SASL needs TLS here (telemetry.kafka.tls.secretName, a Secret with the ca.crt that signed Kafka's certificates): without it every record, and with PLAIN the password, would cross the network in clear (docs/telemetry.md, "Kafka security").
 {{- end -}}
+{{- if and $k.tls.clientCertificate (not $k.tls.secretName) }}
+telemetry.kafka.tls.clientCertificate: needs telemetry.kafka.tls.secretName, the Secret holding ca.crt, tls.crt and tls.key.
 {{- end -}}
 {{- range $what := list (list "archive.enabled" .Values.archive.enabled) (list "spark.compliance.enabled" .Values.spark.compliance.enabled) (list "spark.alerts.enabled" .Values.spark.alerts.enabled) -}}
 {{- if and (index $what 1) (not $k.bootstrap) }}

@@ -33,6 +33,7 @@ from gridstat.core import serving
 from gridstat.core.model import BOOL, FLOAT, INT, TypeSpec, split_variable_name
 from gridstat.errors import ChannelUnavailable, GridStatError, ValidationError
 from gridstat.telemetry import Archiver, roles
+from gridstat.telemetry.kafka_security import KafkaSecurity
 
 TYPES: dict[str, TypeSpec] = {"float": FLOAT, "int": INT, "bool": BOOL}
 
@@ -122,4 +123,5 @@ def run(args: argparse.Namespace) -> int:
         raise ValidationError("gridstat archive needs --kafka (or GRIDSTAT_KAFKA)", field="kafka")
     listen_and_advertise(args.listen_host, args.advertise_host)  # checked before anything starts
     tls_files(args)
+    KafkaSecurity.from_args(args)  # --kafka-tls-*, --kafka-sasl-*: a bad one exits 2 before anything starts
     return serving.run(args, lambda: _run(args, variables))

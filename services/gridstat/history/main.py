@@ -21,8 +21,10 @@ from gridstat.core.tls import TlsFiles
 from gridstat.errors import ValidationError
 from gridstat.history import querying
 from gridstat.history.service import HistoryServicer, add_to_server
-from gridstat.telemetry import metrics
+from gridstat.telemetry import kafka_security, metrics
 from gridstat.telemetry.archive_reading import ArchiveReader
+from gridstat.telemetry.errors import KafkaUnavailable
+from gridstat.telemetry.kafka_security import KafkaAuthenticationFailed, KafkaSecurity
 from gridstat.telemetry.records import TOPICS
 from gridstat.telemetry.roles import METRICS_OFF, RoleTelemetry
 
@@ -43,6 +45,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-events", type=int, default=querying.DEFAULT_MAX_EVENTS,
                    help="the most events one answer may hold; past it the answer is an error (TooManyEvents)")
     p.add_argument("--kafka-timeout-ms", type=int, default=10_000, help="Kafka's requests' timeout")
+    # --kafka-tls-*, --kafka-sasl-*: the same as every role's (docs/history.md, docs/telemetry.md "Kafka security")
+    kafka_security.add_arguments(p.add_argument_group("TLS and SASL to Kafka"))
     p.add_argument("--metrics-port", type=int, default=int(os.environ.get("GRIDSTAT_METRICS_PORT", METRICS_OFF)),
                    help="serve Prometheus /metrics on this port (0 = any free port, -1 = off; "
                         "default $GRIDSTAT_METRICS_PORT or off)")
@@ -79,7 +83,8 @@ async def serve(servicer: HistoryServicer, host: str, port: int, tls: TlsFiles |
     return server, await serving.listen(server, host, port, tls)
 
 
-async def _run(args: argparse.Namespace, host: str, port: int, bounds: querying.Bounds) -> None:
+async def _run(args: argparse.Namespace, host: str, port: int, bounds: querying.Bounds,
+               security: KafkaSecurity) -> None:
     tls = TlsFiles(args.tls_cert, args.tls_key, args.tls_client_ca) if args.tls_cert else None
     if tls is not None:
         grpclog.tap_stderr()  # refused TLS handshakes -> gridstat_tls_handshakes_refused_total
@@ -87,17 +92,21 @@ async def _run(args: argparse.Namespace, host: str, port: int, bounds: querying.
         print(f"gridstat history-server: warning: no --tls-cert: serving without TLS; whoever reaches "
               f"{host}:{port} can read the archive (docs/security.md)", file=sys.stderr, flush=True)
     reader = ArchiveReader(args.kafka, topic=args.topic, request_timeout_ms=args.kafka_timeout_ms,
-                           client_id=f"gridstat-history-{args.name}")
+                           client_id=f"gridstat-history-{args.name}", security=security)
     servicer = HistoryServicer(reader, bounds)
     server, bound = await serve(servicer, host, port, tls, access.Grants.parse(args.grant))
     tel = RoleTelemetry("history", args.name, metrics_host=args.metrics_host, metrics_port=args.metrics_port)
     tel.add_collector(metrics.HistoryCollector(args.name, lambda: servicer.stats))
     await tel.start()
+    problem: KafkaUnavailable | None = None
     try:
-        up = await asyncio.wait_for(reader.reachable(), KAFKA_CHECK_S)
+        problem = await asyncio.wait_for(reader.problem(), KAFKA_CHECK_S)
     except TimeoutError:
-        up = False
-    if not up:  # served anyway: Kafka may come up later (a pod started before it); each query says so
+        problem = KafkaUnavailable("no answer")
+    if isinstance(problem, KafkaAuthenticationFailed):  # served anyway: a rotated Secret may mend it
+        print(f"gridstat history-server: warning: {problem.message}; queries fail with {problem.reason} until "
+              "Kafka accepts it", file=sys.stderr, flush=True)
+    elif problem is not None:  # served anyway: Kafka may come up later (a pod started before it); each query says so
         print(f"gridstat history-server: warning: Kafka at {args.kafka} does not answer (yet); queries fail with "
               "KafkaUnavailable until it does", file=sys.stderr, flush=True)
     await serving.until_signalled(f"READY name={args.name} port={bound}{tel.ready_suffix()}")
@@ -115,7 +124,8 @@ def run(args: argparse.Namespace) -> int:
                               field="kafka_timeout_ms")
     host, port = parse_listen(args.listen)
     bounds = bounds_from_args(args)
-    serving.run(args, lambda: _run(args, host, port, bounds))
+    security = KafkaSecurity.from_args(args)
+    serving.run(args, lambda: _run(args, host, port, bounds, security))
     return 0
 
 

@@ -17,8 +17,9 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from . import kafka_security
 from .archive_reading import partition_of
-from .errors import KafkaUnavailable
+from .kafka_security import KafkaSecurity
 
 #: Most record batches in flight before the loader waits for acknowledgements.
 MAX_INFLIGHT_BATCHES = 64
@@ -26,16 +27,18 @@ BATCH_BYTES = 1_000_000
 
 
 async def create_topic(bootstrap: str, topic: str, *, partitions: int = 1, retention_ms: int = -1,
-                       timeout_s: float = 30.0) -> bool:
+                       timeout_s: float = 30.0, security: KafkaSecurity = kafka_security.PLAINTEXT) -> bool:
     """Create ``topic`` (False if it exists already); ``retention_ms`` -1 keeps records forever."""
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
     from aiokafka.errors import TopicAlreadyExistsError
 
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000))
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000),
+                                **security.client_kwargs())
     try:
-        await asyncio.wait_for(admin.start(), timeout_s)
+        with kafka_security.capturing_connect_errors() as causes:
+            await asyncio.wait_for(admin.start(), timeout_s)
     except Exception as exc:
-        raise KafkaUnavailable(f"Kafka at {bootstrap} is unavailable: {exc}", field="kafka") from exc
+        raise kafka_security.unavailable(bootstrap, security, exc, causes) from exc
     try:
         try:
             await admin.create_topics([NewTopic(topic, partitions, 1,
@@ -48,18 +51,20 @@ async def create_topic(bootstrap: str, topic: str, *, partitions: int = 1, reten
 
 
 async def load(bootstrap: str, topic: str, rows: Iterable[tuple[bytes, int, bytes]], *, compression: str = "lz4",
-               progress: Callable[[int], None] | None = None, timeout_s: float = 60.0) -> int:
+               progress: Callable[[int], None] | None = None, timeout_s: float = 60.0,
+               security: KafkaSecurity = kafka_security.PLAINTEXT) -> int:
     """Write ``(key, timestamp_ms, value)`` rows to ``topic``, each to its key's partition with its
     timestamp; returns the records acknowledged. ``progress(n)`` is called every million records."""
     from aiokafka import AIOKafkaProducer
 
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, compression_type=None if compression == "none"
                                 else compression, max_batch_size=BATCH_BYTES, linger_ms=0, acks=1,
-                                request_timeout_ms=int(timeout_s * 1000))
+                                request_timeout_ms=int(timeout_s * 1000), **security.client_kwargs())
     try:
-        await asyncio.wait_for(producer.start(), timeout_s)
+        with kafka_security.capturing_connect_errors() as causes:
+            await asyncio.wait_for(producer.start(), timeout_s)
     except Exception as exc:
-        raise KafkaUnavailable(f"Kafka at {bootstrap} is unavailable: {exc}", field="kafka") from exc
+        raise kafka_security.unavailable(bootstrap, security, exc, causes) from exc
     try:
         parts = sorted(await asyncio.wait_for(producer.partitions_for(topic), timeout_s))
         by_key: dict[bytes, int] = {}

@@ -33,7 +33,9 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import kafka_security
 from .errors import KafkaUnavailable
+from .kafka_security import KafkaSecurity
 from .records import TOPICS
 
 #: Bytes one fetch may bring (Kafka caps it at the broker's ``fetch.max.bytes``, 55 MiB by default):
@@ -110,11 +112,14 @@ class ArchiveReader:
     """Reads time ranges of archived variables from Kafka; one short-lived consumer per read."""
 
     def __init__(self, bootstrap: str, *, topic: str = TOPICS.measurements, request_timeout_ms: int = 10_000,
-                 client_id: str = "gridstat-history") -> None:
+                 client_id: str = "gridstat-history", security: KafkaSecurity = kafka_security.PLAINTEXT) -> None:
         self.bootstrap = bootstrap
         self.topic = topic
         self.request_timeout_ms = request_timeout_ms
         self.client_id = client_id
+        #: TLS and SASL to Kafka (docs/history.md); its TLS context is made once, shared by every read.
+        self.security = security
+        self._client_kwargs = security.client_kwargs()
 
     def _consumer(self) -> Any:
         from aiokafka import AIOKafkaConsumer
@@ -123,27 +128,33 @@ class ArchiveReader:
             bootstrap_servers=self.bootstrap, client_id=self.client_id, group_id=None, enable_auto_commit=False,
             auto_offset_reset="earliest", fetch_max_bytes=FETCH_MAX_BYTES,
             max_partition_fetch_bytes=PARTITION_FETCH_BYTES, fetch_max_wait_ms=50,
-            request_timeout_ms=self.request_timeout_ms, check_crcs=False)
+            request_timeout_ms=self.request_timeout_ms, check_crcs=False, **self._client_kwargs)
 
     async def _start(self, consumer: Any) -> None:
         from aiokafka.errors import KafkaError
 
         try:
-            await asyncio.wait_for(consumer.start(), self.request_timeout_ms / 1000)
+            with kafka_security.capturing_connect_errors() as causes:
+                await asyncio.wait_for(consumer.start(), self.request_timeout_ms / 1000)
         except (KafkaError, TimeoutError, OSError) as exc:
             await _stop_quietly(consumer)
-            raise KafkaUnavailable(f"Kafka at {self.bootstrap} is unavailable: {exc or type(exc).__name__}",
-                                   field="kafka") from exc
+            # KafkaAuthenticationFailed for a refused login or TLS handshake, else KafkaUnavailable
+            raise kafka_security.unavailable(self.bootstrap, self.security, exc, causes) from exc
 
     async def reachable(self) -> bool:
         """True if Kafka answers a metadata request in time."""
+        return await self.problem() is None
+
+    async def problem(self) -> KafkaUnavailable | None:
+        """Why Kafka cannot be read (``KafkaAuthenticationFailed`` for a refused login or TLS handshake), or
+        None if it answers a metadata request in time."""
         consumer = self._consumer()
         try:
             await self._start(consumer)
-        except KafkaUnavailable:
-            return False
+        except KafkaUnavailable as exc:
+            return exc
         await _stop_quietly(consumer)
-        return True
+        return None
 
     async def read(self, variable: str, *, from_ms: int, to_ms: int, choose: Choose,
                    batch_events: int = 10_000, stats: ReadStats | None = None) -> AsyncIterator[ArchivedBatch]:

@@ -46,8 +46,9 @@ from typing import Any
 from gridstat.core.aio import cancelled, create_guarded_task
 from gridstat.errors import ValidationError
 
-from . import buffering, records
+from . import buffering, kafka_security, records
 from .errors import FlushTimeout, TelemetryClosed
+from .kafka_security import KafkaSecurity
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +58,9 @@ MAX_BACKOFF_S = 2.0
 MAX_RECORD_BYTES = 900_000
 #: Longest configured exporter id.
 MAX_EXPORTER_ID_CHARS = 200
+#: A failing connect (Kafka away, a refused login or TLS handshake) is logged again after this long if it
+#: keeps failing for the same reason.
+REPEAT_WARNING_S = 60.0
 
 _last_epoch_us = 0
 
@@ -95,6 +99,7 @@ class ExporterConfig:
         exporter: the exporter's stable id, stamped on every record (``exporter``); empty means
             ``role/source``. Must be unique among the processes exporting at one time and the
             same for a restarted process (docs/telemetry.md, "Exactly once").
+        security: TLS and SASL to Kafka (``kafka_security``; docs/telemetry.md, "Kafka security").
     """
 
     bootstrap: str
@@ -107,6 +112,7 @@ class ExporterConfig:
     request_timeout_ms: int = 2_000
     client_id: str = ""
     exporter: str = ""
+    security: KafkaSecurity = kafka_security.PLAINTEXT
 
     def __post_init__(self) -> None:
         if self.exporter != self.exporter.strip() or len(self.exporter) > MAX_EXPORTER_ID_CHARS:
@@ -140,6 +146,10 @@ class ExporterStats:
     retried: int = 0  # records put back after a failed batch
     gaps: int = 0  # outages ended (gap records emitted)
     connected: bool = False
+    #: Connection attempts that failed, by reason: ``unavailable``, ``authentication`` (SASL refused),
+    #: ``tls`` (the handshake failed); and the last failure's message.
+    connect_failures: Counter[str] = field(default_factory=Counter)
+    last_error: str = ""
 
     @property
     def lost_total(self) -> int:
@@ -166,6 +176,8 @@ class TelemetryExporter:
         self._reported_lost: Counter[str] = Counter()
         self._last_ok_ms = records.now_ms()
         self._wake = asyncio.Event()
+        self._client_kwargs: dict[str, Any] | None = None
+        self._warned: tuple[str, float] = ("", 0.0)  # the reason of the last connect failure warned about, and when
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
@@ -268,6 +280,8 @@ class TelemetryExporter:
 
         _quiet_topic_creation()
         cfg = self.config
+        if self._client_kwargs is None:
+            self._client_kwargs = cfg.security.client_kwargs()
         # Idempotent: the producer's own retries never write a batch twice (needs acks="all").
         # Across producer sessions (a reconnect) a resent batch may still be written twice; the
         # record key (exporter, epoch, sequence) is what consumers de-duplicate on (docs/telemetry.md).
@@ -281,20 +295,36 @@ class TelemetryExporter:
             retry_backoff_ms=200,
             enable_idempotence=True,
             acks="all",
+            **self._client_kwargs,
         )
         try:
-            await asyncio.wait_for(producer.start(), cfg.request_timeout_ms / 1000)
+            with kafka_security.capturing_connect_errors() as causes:
+                await asyncio.wait_for(producer.start(), cfg.request_timeout_ms / 1000)
         except Exception as exc:  # KafkaConnectionError, timeouts: Kafka is away, try again later
             self._mark_down()
-            log.debug("telemetry %s: Kafka at %s unavailable: %s", cfg.source, cfg.bootstrap, exc)
+            self._connect_failed(exc, causes)
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(producer.stop(), 1.0)
             return False
         self._producer = producer
         self.stats.connects += 1
         self.stats.connected = True
-        log.info("telemetry %s: exporting to Kafka at %s", cfg.source, cfg.bootstrap)
+        self._warned = ("", 0.0)
+        log.info("telemetry %s: exporting to Kafka at %s (%s)", cfg.source, cfg.bootstrap, cfg.security.describe())
         return True
+
+    def _connect_failed(self, exc: BaseException, causes: list[BaseException]) -> None:
+        """Count a failed connect by reason and warn with its cause: once, then once a minute while it fails
+        the same way (aiokafka's own log of it is dropped: ``kafka_security.capturing_connect_errors``)."""
+        cfg = self.config
+        reason, message = kafka_security.describe_failure(cfg.bootstrap, cfg.security, exc, causes)
+        self.stats.connect_failures[reason] += 1
+        self.stats.last_error = message
+        now = time.monotonic()
+        if self._warned[0] != reason or now - self._warned[1] >= REPEAT_WARNING_S:
+            self._warned = (reason, now)
+            log.warning("telemetry %s: %s; buffering up to %d records and retrying", cfg.source, message,
+                        cfg.buffer_records)
 
     async def _send(self, batch: list[buffering.Pending]) -> bool:
         """Hand ``batch`` to Kafka and wait for the acknowledgements; False if Kafka failed.

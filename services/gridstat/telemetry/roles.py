@@ -27,8 +27,9 @@ from prometheus_client import CollectorRegistry
 
 from gridstat.core import access, grpclog
 
-from . import metrics
+from . import kafka_security, metrics
 from .exporting import ExporterConfig, TelemetryExporter
+from .kafka_security import KafkaSecurity
 from .recording import BrokerRecorder
 from .sampling import BrokerModeSampler, Reporter, RouterSampler, Sampler, SubscriberLike, SubscriberSampler
 from .serving import HealthCheck, MetricsServer
@@ -56,6 +57,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--telemetry-exporter", default="", metavar="ID",
                    help="the exporter id stamped on every record (default role/NAME): unique among the running "
                         "processes, the same after a restart (docs/telemetry.md, Exactly once)")
+    kafka_security.add_arguments(g)  # --kafka-tls-*, --kafka-sasl-* (docs/telemetry.md, "Kafka security")
 
 
 class RoleTelemetry:
@@ -63,14 +65,15 @@ class RoleTelemetry:
 
     def __init__(self, role: str, name: str, *, kafka: str = "", metrics_host: str = "127.0.0.1",
                  metrics_port: int = METRICS_OFF, interval_ms: int = 1000, buffer_records: int = 20_000,
-                 compression: str = "lz4", exporter_id: str = "") -> None:
+                 compression: str = "lz4", exporter_id: str = "",
+                 security: KafkaSecurity = kafka_security.PLAINTEXT) -> None:
         self.role, self.name = role, name
         self.exporter: TelemetryExporter | None = None
         self.reporter: Reporter | None = None
         if kafka:
             self.exporter = TelemetryExporter(ExporterConfig(
                 bootstrap=kafka, role=role, source=name, buffer_records=buffer_records, compression=compression,
-                exporter=exporter_id))
+                exporter=exporter_id, security=security))
             self.reporter = Reporter(self.exporter, interval_s=interval_ms / 1000)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(metrics.TlsRefusalsCollector(role, name, grpclog.refused))
@@ -84,9 +87,12 @@ class RoleTelemetry:
 
     @classmethod
     def from_args(cls, role: str, name: str, args: argparse.Namespace) -> RoleTelemetry:
+        """From ``add_arguments``' options; a ValidationError naming the flag for bad Kafka security options."""
+        security = KafkaSecurity.from_args(args) if args.kafka else kafka_security.PLAINTEXT
         return cls(role, name, kafka=args.kafka, metrics_host=args.metrics_host, metrics_port=args.metrics_port,
                    interval_ms=args.telemetry_interval_ms, buffer_records=args.telemetry_buffer,
-                   compression=args.telemetry_compression, exporter_id=getattr(args, "telemetry_exporter", ""))
+                   compression=args.telemetry_compression, exporter_id=getattr(args, "telemetry_exporter", ""),
+                   security=security)
 
     @property
     def enabled(self) -> bool:

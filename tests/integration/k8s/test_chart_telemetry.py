@@ -159,10 +159,65 @@ def test_every_role_exports_to_kafka_when_a_bootstrap_is_set(tools: dict[str, st
     assert not [a for a in args_of(workloads["rel-gridstat-operator"]) if a.startswith("--kafka")]
 
 
-def test_kafka_tls_and_sasl_are_refused_until_the_roles_can_use_them(tools: dict[str, str]) -> None:  # noqa: F811
-    for what in ("tls", "sasl"):
-        err = failure(tools, *KAFKA, "--set", f"telemetry.kafka.{what}.secretName=kafka-client")
-        assert f"telemetry.kafka.{what}.secretName: the roles' Kafka client" in err and what.upper() in err
+KAFKA_SECURE = ("--set", "telemetry.kafka.tls.secretName=kafka-client",
+                "--set", "telemetry.kafka.tls.clientCertificate=true",
+                "--set", "telemetry.kafka.sasl.secretName=kafka-user",
+                "--set", "telemetry.kafka.sasl.mechanism=SCRAM-SHA-256")
+
+
+def test_kafka_tls_and_sasl_reach_every_kafka_client(tools: dict[str, str], tmp_path: Path) -> None:  # noqa: F811
+    pdc = write_values(tmp_path, "pdc.json", {"c37118": {"pdcServers": [
+        {**PDC["c37118"]["pdcServers"][0], "cloud": "B"}]}})
+    archive = write_values(tmp_path, "archive.json", {"archive": {"enabled": True, "variables": ["pmu1/freq"]}})
+    docs = render(tools, TWO_CLOUDS, pdc, archive, extra=(*KAFKA, *KAFKA_SECURE, "--set", "history.enabled=true"))
+    workloads = {**by_kind(docs, "StatefulSet"), **by_kind(docs, "Deployment")}
+    clients = [n for n, d in workloads.items() if any(a.startswith("--kafka=") for a in args_of(d))]
+    assert {"rel-gridstat-broker-a", "rel-gridstat-parent", "rel-gridstat-router-a", "rel-gridstat-admission",
+            "rel-gridstat-condensation-host", "rel-gridstat-pdc-cc1", "rel-gridstat-archive",
+            "rel-gridstat-history"} <= set(clients), clients
+    for name in clients:
+        args = args_of(workloads[name])
+        for flag in ("--kafka-tls-ca=/etc/gridstat/kafka-tls/ca.crt",
+                     "--kafka-tls-cert=/etc/gridstat/kafka-tls/tls.crt",
+                     "--kafka-tls-key=/etc/gridstat/kafka-tls/tls.key", "--kafka-sasl-mechanism=SCRAM-SHA-256"):
+            assert flag in args, (name, flag, args)
+        assert not [a for a in args if "password" in a or "username" in a], (name, args)  # never as args
+        pod = pod_of(workloads[name])
+        (volume,) = [v for v in pod["volumes"] if v["name"] == "kafka-tls"]
+        assert volume["secret"] == {"secretName": "kafka-client", "defaultMode": 0o440}, name
+        container = pod["containers"][0]  # the Kafka client (args_of reads the first container)
+        assert {"name": "kafka-tls", "mountPath": "/etc/gridstat/kafka-tls", "readOnly": True} in \
+            container["volumeMounts"], name
+        env = {e["name"]: e for e in container.get("env", [])}
+        for var, key in (("GRIDSTAT_KAFKA_SASL_USERNAME", "username"), ("GRIDSTAT_KAFKA_SASL_PASSWORD", "password")):
+            assert env[var]["valueFrom"]["secretKeyRef"] == {"name": "kafka-user", "key": key}, (name, env)
+    # the operator has no Kafka client: nothing of it
+    operator = pod_of(workloads["rel-gridstat-operator"])
+    assert not [v for v in operator.get("volumes", []) if v["name"] == "kafka-tls"]
+    # without a bootstrap the roles get none of it (no --kafka); the history service still does (history.kafka)
+    quiet = render(tools, extra=(*KAFKA_SECURE, "--set", "history.enabled=true", "--set", "history.kafka=archive:9093"))
+    for d in [*by_kind(quiet, "StatefulSet").values(), *by_kind(quiet, "Deployment").values()]:
+        has = any(a.startswith("--kafka-tls") for a in args_of(d))
+        assert has == (d["metadata"]["name"] == "rel-gridstat-history"), d["metadata"]["name"]
+    # TLS only, no client certificate, no SASL: the CA alone
+    ca_only = render(tools, extra=(*KAFKA, "--set", "telemetry.kafka.tls.secretName=kafka-ca"))
+    args = args_of(by_kind(ca_only, "StatefulSet")["rel-gridstat-broker-a"])
+    assert "--kafka-tls-ca=/etc/gridstat/kafka-tls/ca.crt" in args
+    assert not [a for a in args if a.startswith(("--kafka-tls-cert", "--kafka-sasl"))]
+    assert "env" not in pod_of(by_kind(ca_only, "StatefulSet")["rel-gridstat-broker-a"])["containers"][0]
+
+
+def test_kafka_sasl_without_tls_and_an_unknown_mechanism_are_refused(tools: dict[str, str]) -> None:  # noqa: F811
+    err = failure(tools, *KAFKA, "--set", "telemetry.kafka.sasl.secretName=kafka-user")
+    assert "telemetry.kafka.sasl.secretName: SASL needs TLS" in err
+    err = failure(tools, *KAFKA, *KAFKA_SECURE, "--set", "telemetry.kafka.sasl.mechanism=GSSAPI")
+    assert "mechanism" in err
+    assert "clientCertificate" in failure(tools, *KAFKA, "--set", "telemetry.kafka.tls.clientCertificate=true")
+
+
+def test_lint_strict_passes_with_kafka_tls_and_sasl(tools: dict[str, str]) -> None:  # noqa: F811
+    chart = Path(__file__).parents[3] / "charts" / "gridstat"
+    helm(tools, "lint", "--strict", str(chart), *KAFKA, *KAFKA_SECURE, "--set", "history.enabled=true")
 
 
 def test_the_history_service_reads_the_telemetry_kafka_by_default(tools: dict[str, str]) -> None:  # noqa: F811

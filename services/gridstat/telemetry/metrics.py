@@ -374,6 +374,10 @@ class SubscriberCollector(_Base):
         yield last
 
 
+#: Why a connection to Kafka failed (telemetry.exporting: ExporterStats.connect_failures).
+KAFKA_CONNECT_FAILURES = ("unavailable", "authentication", "tls")
+
+
 class ExporterCollector(_Base):
     """``gridstat_telemetry_*``: the exporter's own health (loss, buffer, Kafka connection)."""
 
@@ -403,6 +407,13 @@ class ExporterCollector(_Base):
         for reason in LossReason:
             lost.add_metric([*lv, reason.value], float(s.lost.get(reason.value, 0)))
         yield lost
+        # Why Kafka could not be reached (docs/telemetry.md, "Kafka security"): a wrong password or CA
+        # is told apart from Kafka away; each reason served from 0.
+        failures = _counter("gridstat_telemetry_kafka_connect_failures_total",
+                            "Connections to Kafka that failed, by reason", [*labels, "reason"])
+        for failure, k in _from_zero(dict(s.connect_failures), KAFKA_CONNECT_FAILURES).items():
+            failures.add_metric([*lv, str(failure)], float(k))
+        yield failures
         for name, doc, value in (
             ("gridstat_telemetry_buffered_records", "Records waiting for Kafka", float(self._buffered())),
             ("gridstat_telemetry_buffer_capacity_records", "Most records held while Kafka is away",

@@ -108,3 +108,14 @@ def test_a_new_subscriber_serves_its_drop_reasons_at_zero() -> None:
     for reason in metrics.SUBSCRIBER_DROP_REASONS:
         want = 3.0 if reason == "replayed" else 0.0
         assert got[("gridstat_subscriber_drops_total", (("reason", reason), ("subscriber", "ems")))] == want
+
+
+def test_kafka_connect_failures_are_served_by_reason_from_zero() -> None:
+    from gridstat.telemetry.exporting import ExporterStats
+    from gridstat.telemetry.metrics import ExporterCollector
+
+    stats = ExporterStats()
+    stats.connect_failures["authentication"] += 2
+    samples = {(s.labels["reason"]): s.value for fam in ExporterCollector("router", "e1", lambda: stats, lambda: 0, 10)
+               .collect() if fam.name == "gridstat_telemetry_kafka_connect_failures" for s in fam.samples}
+    assert samples == {"unavailable": 0.0, "authentication": 2.0, "tls": 0.0}

@@ -15,11 +15,13 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from gridstat.client import Holder, Subscriber, Subscription
 from gridstat.core.model import BOOL, FLOAT, TypeSpec
@@ -79,9 +81,19 @@ def start_gateway(tmp: Path, port: int, edge_port: int) -> Gateway:
                              "--event-poll-s", "0.1", "--integrity-poll-s", "0", "--interval-ms", str(INTERVAL_MS),
                              "--min-interval-ms", str(MIN_INTERVAL_MS), "--response-timeout-s", "1", "-o", "json",
                              "--stats-every-s", "0.3", "--retry-initial-s", "0.2", "--retry-max-s", "1",
-                             "--log-level", "INFO"],
+                             "--metrics-port", "0", "--log-level", "INFO"],
                             stdout=out.open("wb"), stderr=(tmp / "dnp3-gateway.err").open("ab"), start_new_session=True)
     return Gateway(proc, out)
+
+
+def scrape(gw: Gateway) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    """The gateway's /metrics (its READY line says the port): each sample's value by name and labels."""
+    ready = next(x for x in gw.out.read_text().splitlines() if x.startswith("READY "))
+    port = int(ready.split("metrics_port=")[1].split()[0])
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
 
 
 @dataclass
@@ -144,6 +156,15 @@ async def test_values_flags_device_times_alerts_and_reconnect(tmp_path: Path, cl
             stats = gw.stats()
             assert stats["state"] == "polling" and stats["drops"] == {}, stats
             assert stats["requests"]["integrity"] == 1
+            # /metrics (--metrics-port, docs/dnp3.md "Metrics"): the same counts, drop reasons from 0, the link up.
+            metrics = await asyncio.to_thread(scrape, gw)
+            labels = {"gateway": "dnp3-gateway", "outstation": f"127.0.0.1:{station.port}"}
+            assert metrics[("gridstat_dnp3_link_up", frozenset(labels.items()))] == 1
+            assert metrics[("gridstat_dnp3_requests_total", frozenset({**labels, "kind": "integrity"}.items()))] == 1
+            assert metrics[("gridstat_dnp3_drops_total", frozenset({**labels, "reason": "bad_block_crc"}.items()))] == 0
+            assert metrics[("gridstat_dnp3_alerts_published_total", frozenset(labels.items()))] >= 1
+            assert metrics[("gridstat_dnp3_values_total",
+                            frozenset({**labels, "type": "bi", "source": "event"}.items()))] >= 1
 
             # The outstation goes away and comes back on the same port: reconnect, integrity poll again.
             station.stop()

@@ -2,7 +2,8 @@
 
     gridstat dnp3-gateway --outstation 127.0.0.1:20000 --address 10 --edge 127.0.0.1:7801 \\
         [--master-address 1] [--event-poll-s 1] [--integrity-poll-s 300] [--unsolicited] [--map points.yaml] \\
-        [--interval-ms 1000] [--stats-every-s 1] [-o json] [--tls-ca PEM --tls-cert PEM --tls-key PEM]
+        [--interval-ms 1000] [--stats-every-s 1] [-o json] [--metrics-port N] \\
+        [--tls-ca PEM --tls-cert PEM --tls-key PEM]
 
 It connects to the outstation as a DNP3 master over TCP (integrity poll, then class 1/2/3 event polls or
 unsolicited responses), publishes every analog input as the periodic variable ``dnp<address>/ai<index>``
@@ -11,9 +12,10 @@ its control port), each event with the point's flags and device time. When the o
 reconnects with a capped, jittered back-off. docs/dnp3.md describes the variables, the map file and the
 counters.
 
-It prints ``READY name=<name> outstation=<host:port> address=<n> edge=<host:port>``, then a stats line every
-``--stats-every-s`` (``-o json``: one object per line, ``{"kind": "dnp3-gateway", ...}``). SIGTERM or SIGINT
-(or ``--duration-s``) stop it with a final line; exit 0.
+It prints ``READY name=<name> outstation=<host:port> address=<n> edge=<host:port>`` (`` metrics_port=N`` with
+``--metrics-port``: ``gridstat_dnp3_*`` on /metrics, telemetry/dnp3.py; docs/dnp3.md, "Metrics"), then a stats
+line every ``--stats-every-s`` (``-o json``: one object per line, ``{"kind": "dnp3-gateway", ...}``). SIGTERM or
+SIGINT (or ``--duration-s``) stop it with a final line; exit 0.
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ from gridstat.core.tls import TlsFiles
 from gridstat.errors import ValidationError
 from gridstat.gateways.dnp3 import Dnp3Gateway, GatewayOptions, PointMap, SessionSettings, load_point_map
 from gridstat.gateways.dnp3.mapping import MAX_INTERVAL_MS
+from gridstat.telemetry import roles as telemetry
+from gridstat.telemetry.dnp3 import Dnp3Collector
 
 #: DNP3's registered TCP port (IANA).
 DEFAULT_PORT = 20000
@@ -84,6 +88,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     t.add_argument("--timeout", type=float, default=10.0, metavar="S",
                    help="deadline of each call to the edge router (default 10)")
     add_edge_client_arguments(p, log_level_help="log level on stderr (default WARNING)")
+    # --metrics-host/--metrics-port: gridstat_dnp3_* on /metrics (telemetry/dnp3.py), as iec104-gateway
+    telemetry.add_arguments(p)
 
 
 def parse_outstation(value: str, *, allow_remote: bool) -> tuple[str, int]:
@@ -157,8 +163,11 @@ async def _run(args: argparse.Namespace, options: GatewayOptions, names: PointMa
     runner = Runner("dnp3-gateway", args)
     runner.install()
     gateway = Dnp3Gateway(options, names=names, tls=tls)
+    tel = telemetry.RoleTelemetry.from_args("gateway", args.name, args)
+    tel.add_collector(Dnp3Collector(args.name, f"{options.host}:{options.port}", gateway.stats.as_dict))
+    await tel.start()
     runner.line(f"READY name={args.name} outstation={options.host}:{options.port} "
-                f"address={options.settings.outstation_address} edge={options.edge}")
+                f"address={options.settings.outstation_address} edge={options.edge}{tel.ready_suffix()}")
     task = asyncio.ensure_future(gateway.run(runner.stop))
     try:
         await runner.report_until_stopped(lambda: stats(args, runner, gateway, final=False))
@@ -167,6 +176,7 @@ async def _run(args: argparse.Namespace, options: GatewayOptions, names: PointMa
         runner.stop.set()
         if not task.done():
             await task
+        await tel.stop()
         runner.emit(*stats(args, runner, gateway, final=True))
     return EXIT_OK
 

@@ -6,8 +6,11 @@ The same files as ``scripts/gen-certs.sh`` (which uses the openssl CLI): ``ca.pe
 127.0.0.1, ::1, localhost and ``DNS:NAME``, usable as server and as client. ``ensure`` makes what is
 missing and reuses what is still good, so ``gridstat up`` generates its certificates on the first
 start only: a certificate is made again when it is missing, does not parse, does not belong to its
-key, was not issued by the current CA, names another identity, or expires within a day (a new CA
-renews every certificate). Every file is 0600 and the directory 0700. Concurrent callers on one
+key, was not issued by the current CA, names another identity, lacks one of the extra names asked for,
+or expires within a day (a new CA renews every certificate). Extra names (``sans``) are further DNS
+subject alternative names of an identity: a SCADA gateway's certificate carries the publisher names it
+publishes under, since the broker binds a publisher's name to its certificate (docs/topology.md, "Gateways").
+Every file is 0600 and the directory 0700. Concurrent callers on one
 directory take turns (a lock file).
 """
 
@@ -18,7 +21,7 @@ import datetime as dt
 import fcntl
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -62,9 +65,11 @@ def check_name(name: str) -> str:
 
 
 def ensure(directory: str | os.PathLike[str], names: Iterable[str], *, days: int = DEFAULT_DAYS,
-           now: dt.datetime | None = None) -> Result:
-    """Make the CA and a certificate for each of ``names`` in ``directory`` unless good ones are there."""
+           now: dt.datetime | None = None, sans: Mapping[str, Sequence[str]] | None = None) -> Result:
+    """Make the CA and a certificate for each of ``names`` in ``directory`` unless good ones are there;
+    ``sans`` gives an identity further names its certificate carries (DNS subject alternative names)."""
     wanted = list(dict.fromkeys(check_name(n) for n in names))
+    extra = {n: tuple(dict.fromkeys(check_name(x) for x in (sans or {}).get(n, ()) if x != n)) for n in wanted}
     if days < 2:
         raise ValidationError(f"certificates must be valid for at least 2 days, not {days}", field="days")
     now = now or dt.datetime.now(dt.UTC)
@@ -77,10 +82,10 @@ def ensure(directory: str | os.PathLike[str], names: Iterable[str], *, days: int
             ca = _make_ca(certs, days, now)
             out.new_ca = True
         for name in wanted:
-            if _leaf_ok(certs, name, ca[0], now):
+            if _leaf_ok(certs, name, ca[0], now, extra[name]):
                 out.reused.append(name)
             else:
-                _make_leaf(certs, name, ca, days, now)
+                _make_leaf(certs, name, ca, days, now, extra[name])
                 out.created.append(name)
     return out
 
@@ -172,7 +177,7 @@ def _make_ca(certs: CertDir, days: int, now: dt.datetime) -> tuple[x509.Certific
 
 
 # -- one identity ------------------------------------------------------------------------------------
-def _leaf_ok(certs: CertDir, name: str, ca: x509.Certificate, now: dt.datetime) -> bool:
+def _leaf_ok(certs: CertDir, name: str, ca: x509.Certificate, now: dt.datetime, extra: Sequence[str] = ()) -> bool:
     loaded = _load(certs.cert(name), certs.key(name))
     if loaded is None:
         return False
@@ -183,12 +188,14 @@ def _leaf_ok(certs: CertDir, name: str, ca: x509.Certificate, now: dt.datetime) 
     except (ValueError, TypeError, InvalidSignature, x509.ExtensionNotFound):
         return False
     cns = [a.value for a in cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)]
-    return _current(cert, now) and cns == [name] and name in sans.get_values_for_type(x509.DNSName)
+    dns = sans.get_values_for_type(x509.DNSName)
+    return _current(cert, now) and cns == [name] and name in dns and all(x in dns for x in extra)
 
 
 def _make_leaf(certs: CertDir, name: str, ca: tuple[x509.Certificate, ec.EllipticCurvePrivateKey], days: int,
-               now: dt.datetime) -> None:
-    cert, key = core_certs.build_leaf(ca[0], ca[1], name, days=days, now=now)
+               now: dt.datetime, extra: Sequence[str] = ()) -> None:
+    cert, key = core_certs.build_leaf(ca[0], ca[1], name, days=days, now=now,
+                                      sans=(*core_certs.LOOPBACK_SANS, *extra))
     # Key first, then certificate, each by rename: a server rotating its files never sees half a pair
     # it would use (core.tls checks that they belong together).
     _write_private(certs.key(name), core_certs.key_pem(key))

@@ -23,7 +23,12 @@ What runs where (every child with ``--exit-with-parent``):
   talk only to their edge router (``Publisher.connect`` / ``register``,
   ``Subscriber.connect`` / ``subscribe_remote``): the brokers admit, plan paths
   and install routes. A refused subscription is shown with the broker's reason
-  and offer, and the rest keeps running.
+  and offer, and the rest keeps running;
+* the file's SCADA gateways (``gateways``, docs/topology.md "Gateways": ``gridstat iec104-gateway``,
+  ``dnp3-gateway``, ``goose-gateway`` in front of the user's devices) as supervised children once the
+  routers are registered, each with its edge router's control port and a certificate of its name that
+  carries the publisher names it uses; a subscription to a variable a gateway declares waits until the
+  gateway registered it.
 
 Secure by default (docs/security.md, "Certificates (embedded mode)"): every gRPC channel is mutual
 TLS and every event datagram is authenticated (``--channel-auth all`` at the leaves, ``routers`` at the
@@ -66,11 +71,18 @@ from gridstat.demo import localtls
 from gridstat.demo.devices import DeviceEndpoint
 from gridstat.demo.endpoints import PublisherEndpoint, SubscriptionEndpoint, format_offer
 from gridstat.demo.localtls import leaf_broker_identity
-from gridstat.demo.processes import BrokerProcess, RouterProcess, StartupError, parent_role_available
+from gridstat.demo.processes import (
+    BrokerProcess,
+    ChildProcess,
+    GatewayProcess,
+    RouterProcess,
+    StartupError,
+    parent_role_available,
+)
 from gridstat.demo.supervision import Supervisor
 from gridstat.demo.telemetry import DemoTelemetry, archive_names
 from gridstat.demo.topology import Broker, Topology, load_topology
-from gridstat.demo.view import BrokerRow, RouterRow, Snapshot, SubRow, plain_lines, rich_view
+from gridstat.demo.view import BrokerRow, GatewayRow, RouterRow, Snapshot, SubRow, plain_lines, rich_view
 from gridstat.errors import GridStatError, ValidationError
 from gridstat.v1 import broker_pb2 as bpb
 
@@ -83,6 +95,9 @@ PARENT_NAME = "parent"
 VARIABLE_BLOCK = 1_000_000
 #: How long the brokers get to reach every router after the topology is registered.
 ROUTERS_UP_TIMEOUT_S = 20.0
+#: How long a subscription to a gateway's variable waits for the gateway to register it (it does at the
+#: first value it reads from the device).
+GATEWAY_VARIABLE_WAIT_S = 120.0
 #: Printed at the start and after the final summary of ``gridstat up --insecure``.
 INSECURE_BANNER = """\
 WARNING: gridstat up --insecure: mTLS and datagram authentication are OFF.
@@ -204,6 +219,9 @@ class Runner:
         self.parents: dict[str, BrokerProcess] = {}
         self.leaves: dict[str, BrokerProcess] = {}
         self.routers: dict[str, RouterProcess] = {}
+        self.gateways: dict[str, GatewayProcess] = {}
+        #: Subscriptions to gateways' variables, waiting for the gateway to register them.
+        self._waiting: list[asyncio.Task[None]] = []
         self.subscriptions: list[SubscriptionEndpoint] = []
         self.publishers: list[PublisherEndpoint | DeviceEndpoint] = []
         self.notes: list[str] = []
@@ -215,6 +233,11 @@ class Runner:
     @property
     def brokers(self) -> list[BrokerProcess]:
         return list(self.parents.values()) + list(self.leaves.values())
+
+    @property
+    def children(self) -> list[ChildProcess]:
+        """Every child process: brokers, routers and gateways (the supervisor restarts each)."""
+        return [*self.brokers, *self.routers.values(), *self.gateways.values()]
 
     def say(self, text: str) -> None:
         print(text, flush=True)
@@ -231,8 +254,7 @@ class Runner:
             await self._start()
             if not self.stop_event.is_set():
                 # From here a crashed router or broker is restarted (docs/topology.md, "Restarts").
-                supervisor = asyncio.create_task(
-                    Supervisor([*self.brokers, *self.routers.values()], self.stop_event, self.say).run())
+                supervisor = asyncio.create_task(Supervisor(self.children, self.stop_event, self.say).run())
                 final = await self._watch()
         except StartupError as exc:
             if not self.stop_event.is_set():  # a child that dies of the same Ctrl-C is not an error
@@ -262,7 +284,8 @@ class Runner:
         ended = {b.name: b for b in self.brokers}
         brokers = tuple(dataclasses.replace(b, state=ended[b.name].state(), exit=ended[b.name].exit)
                         for b in snap.brokers)
-        return dataclasses.replace(snap, routers=routers, brokers=brokers)
+        gateways = tuple(self._gateway_row(self.gateways[g.name]) for g in snap.gateways)
+        return dataclasses.replace(snap, routers=routers, brokers=brokers, gateways=gateways)
 
     def _on_signal(self, sig: signal.Signals) -> None:
         self.signal = sig.name
@@ -276,7 +299,8 @@ class Runner:
             self.say(INSECURE_BANNER)
             self.notes.append("INSECURE (--insecure): mTLS and datagram authentication are off")
         self.say(f"gridstat up: {t.source}: {len(t.clouds)} clouds, {len(t.routers)} routers, "
-                 f"{len(t.publishers)} publishers, {len(t.subscriptions)} subscriptions; "
+                 f"{len(t.publishers)} publishers, {len(t.subscriptions)} subscriptions"
+                 + (f", {len(t.gateways)} gateways" if t.gateways else "") + "; "
                  f"variant {self.variant}; logs in {self.log_dir}; broker state in {self.state_dir}")
         for line in station_lines(t):
             self.say(line)
@@ -294,6 +318,8 @@ class Runner:
             return
         await self._until_stopped(self._wait_routers_up())
         if self.stop_event.is_set():
+            return
+        if t.gateways and not await self._start_gateways():
             return
         # Publishers first: a subscription names a variable the broker must already know.
         self.publishers = [(DeviceEndpoint if p.device is not None else PublisherEndpoint)(
@@ -318,6 +344,9 @@ class Runner:
             ep = SubscriptionEndpoint(s, t.variable(s.variable), self.routers[s.edge].control_address,
                                       tls=self._client_tls(s.name))
             self.subscriptions.append(ep)
+            if t.gateway_of(s.variable) is not None:  # registered by the gateway at its first value
+                self._waiting.append(asyncio.create_task(self._subscribe_when_registered(ep)))
+                continue
             # Without a parent broker no leaf knows the other cloud's variables; ask anyway, so that
             # the refusal shown is the broker's own.
             await self._until_stopped(ep.start())
@@ -326,7 +355,11 @@ class Runner:
         await asyncio.gather(*(b.poll() for b in self.brokers))
         for ep in self.subscriptions:
             s = ep.spec
-            if ep.admitted:
+            gateway = t.gateway_of(s.variable)
+            if gateway is not None and not ep.admitted:
+                self.say(f"  subscription name={s.name} var={s.variable} waits for gateway {gateway.name} to "
+                         "register the variable")
+            elif ep.admitted:
                 paths = " | ".join(p.replace(">", " -> ") for p in self._paths(s.name)) or "-"
                 self.say(f"  subscription name={s.name} var={s.variable} admitted paths: {paths}")
             else:
@@ -366,12 +399,13 @@ class Runner:
         from gridstat.demo import certs  # cryptography: only when certificates are needed
 
         t = self.topology
-        clients = [*(p.name for p in t.publishers), *(s.name for s in t.subscriptions)]
+        clients = [*(p.name for p in t.publishers), *(s.name for s in t.subscriptions), *(g.name for g in t.gateways)]
         if self.telemetry is not None:
             clients += archive_names(t.publishers)
-        check_client_names(clients)
+        # A gateway's certificate carries the publisher names it publishes under (docs/topology.md, "Gateways").
+        check_client_names([*clients, *(pub for g in t.gateways for pub in g.publishers)])
         names = [*certs.ROLE_IDENTITIES, *(leaf_broker_identity(c) for c in t.clouds), *clients]
-        result = certs.ensure(self.certs_path, names)
+        result = certs.ensure(self.certs_path, names, sans={g.name: g.publishers for g in t.gateways})
         self.certs = result.certs
         made = (f"generated {len(result.created)} certificates" + (" and a new CA" if result.new_ca else "")
                 if result.created else "")
@@ -427,6 +461,50 @@ class Runner:
         if self.parent is not None:
             self.say(f"  hierarchy {self._tree(self.parent.name)}")
         return True
+
+    async def _start_gateways(self) -> bool:
+        """The file's SCADA gateways (docs/topology.md, "Gateways"), each against its edge router."""
+        for g in self.topology.gateways:
+            self.gateways[g.name] = GatewayProcess(g, self.routers[g.edge].control_address,
+                                                   self.log_dir / f"gateway-{g.name}.log", certs=self.certs)
+        await self._until_stopped(asyncio.gather(*(gp.start() for gp in self.gateways.values())))
+        if self.stop_event.is_set():
+            return False
+        for gp in self.gateways.values():
+            g = gp.spec
+            self.say(f"  gateway name={g.name} kind={g.kind} edge={g.edge} {'interface' if g.interface else 'device'}"
+                     f"={g.target} pid={gp.pid} publishers={','.join(g.publishers) or '-'}"
+                     + (f" map={g.map_path}" if g.map_path else ""))
+        return True
+
+    async def _subscribe_when_registered(self, ep: SubscriptionEndpoint) -> None:
+        """Subscribe to a gateway's variable once the gateway registered it (UnknownVariable until then)."""
+        deadline = time.monotonic() + GATEWAY_VARIABLE_WAIT_S
+        while True:
+            await ep.start()
+            if ep.admitted or ep.reason != "UnknownVariable" or time.monotonic() >= deadline:
+                break
+            if ep.subscriber is not None:
+                with contextlib.suppress(Exception):
+                    await ep.subscriber.stop()
+            ep.subscriber, ep.subscription, ep.status, ep.reason, ep.message = None, None, "pending", "", ""
+            if await self._sleep(0.5):
+                return
+        if ep.admitted:
+            with contextlib.suppress(Exception):  # the broker's paths for the line below
+                await asyncio.gather(*(b.poll() for b in self.brokers))
+            self.say(f"  subscription name={ep.spec.name} var={ep.spec.variable} admitted paths: "
+                     f"{' | '.join(p.replace('>', ' -> ') for p in self._paths(ep.spec.name)) or '-'}")
+        else:
+            self.say(f"  subscription name={ep.spec.name} var={ep.spec.variable} {ep.status.upper()} "
+                     f"reason={ep.reason}: {ep.message}")
+
+    def _gateway_row(self, gp: GatewayProcess) -> GatewayRow:
+        g, s = gp.spec, gp.stats
+        drops = s.get("drops", {})
+        return GatewayRow(g.name, g.kind, g.edge, g.target, gp.pid, gp.state(), str(s.get("state", "-")),
+                          gp.published(), int(s.get("registrations", 0)),
+                          sum(int(v) for v in drops.values()) if isinstance(drops, dict) else 0, gp.exit, gp.restarts)
 
     def _tree(self, name: str) -> str:
         """The broker tree below ``name``: ``root(west(A,B),east(C))``."""
@@ -607,12 +685,16 @@ class Runner:
                                      h.routers_up if h else 0, h.routers_down if h else 0,
                                      tuple(sorted(ours & set(b.held))), len(set(b.held) - ours), b.exit, b.restarts))
         return Snapshot(time.monotonic() - self.started, self.variant, self.topology.source, tuple(subs),
-                        tuple(rows), tuple(brokers), tuple(self.notes))
+                        tuple(rows), tuple(brokers), tuple(self.notes),
+                        tuple(self._gateway_row(gp) for gp in self.gateways.values()))
 
     async def _teardown(self) -> None:
         # signals only set stop_event now, so a second Ctrl-C cannot interrupt this and leave orphans
         if self._running_file is not None:
             self._running_file.unlink(missing_ok=True)
+        for task in self._waiting:
+            task.cancel()
+        await asyncio.gather(*self._waiting, return_exceptions=True)
         for pub in self.publishers:
             with contextlib.suppress(Exception):
                 await pub.stop()
@@ -625,12 +707,15 @@ class Runner:
         # A Ctrl-C on a terminal reaches the children too (same process group) and they stop on
         # their own; give them a moment before SIGTERM so they finish cleanly.
         grace = 1.5 if self.signal == "SIGINT" else 0.0
+        # The gateways first (their final stats lines), then the management plane.
+        gateway_codes = await asyncio.gather(*(g.stop(grace) for g in self.gateways.values()), return_exceptions=True)
         # The management plane first: a broker outliving its routers would only report them dead.
         broker_codes = await asyncio.gather(*(b.stop(grace) for b in self.brokers), return_exceptions=True)
         router_codes = await asyncio.gather(*(r.stop(grace) for r in self.routers.values()),
                                             return_exceptions=True)
-        names = [*self.routers, *(b.name for b in self.brokers)]
-        bad = [f"{name}={code}" for name, code in zip(names, [*router_codes, *broker_codes], strict=True)
+        names = [*self.routers, *(b.name for b in self.brokers), *self.gateways]
+        bad = [f"{name}={code}" for name, code in zip(names, [*router_codes, *broker_codes, *gateway_codes],
+                                                      strict=True)
                if code not in (0, None)]
         logs = f"logs in {self.log_dir}"
         with contextlib.suppress(OSError):
@@ -640,6 +725,7 @@ class Runner:
         if self._own_state_dir:
             shutil.rmtree(self.state_dir, ignore_errors=True)
         self.say(f"gridstat up: stopped {len(self.routers)} router and {len(self.brokers)} broker processes"
+                 + (f" and {len(self.gateways)} gateways" if self.gateways else "")
                  + (f" (exit codes {', '.join(bad)})" if bad else "") + f"; {logs}")
 
 

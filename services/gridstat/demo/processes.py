@@ -8,6 +8,11 @@ reaps: no orphans, no zombies. ``--exit-with-parent`` covers a ``gridstat up`` k
 A child that exits by itself is started again on the same ports by ``demo.supervision`` (its log is
 appended to), as the kubelet restarts a pod's container.
 
+SCADA gateways of the topology file (docs/topology.md, "Gateways") are children too
+(``GatewayProcess``: ``gridstat iec104-gateway``, ``dnp3-gateway`` or ``goose-gateway`` with the file's
+options and ``--edge`` its edge router's control port); we read their JSON stats lines from stdout
+instead of calling them over gRPC.
+
 With ``certs`` (the default of ``gridstat up``; docs/security.md, "Certificates (embedded mode)") every
 child serves mTLS only with the certificate of its identity (``broker-<cloud>``, ``parent``, ``router``; a
 router takes control calls from its own cloud's leaf broker only), the
@@ -22,6 +27,7 @@ import abc
 import argparse
 import asyncio
 import contextlib
+import json
 import signal
 import sys
 from pathlib import Path
@@ -31,6 +37,7 @@ import grpc
 
 from gridstat.core.children import parse_ready
 from gridstat.demo.localtls import ADMIN, CertDir, leaf_broker_identity
+from gridstat.demo.topology import Gateway
 from gridstat.errors import GridStatError
 from gridstat.v1 import broker_pb2 as bpb
 from gridstat.v1 import broker_pb2_grpc as bpb_grpc
@@ -338,3 +345,80 @@ class RouterProcess(ChildProcess):
         except grpc.aio.AioRpcError as exc:
             self.error = exc.code().name
         return self.last_stats
+
+
+def gateway_command(g: Gateway, edge: str, certs: CertDir | None = None) -> list[str]:
+    """The command line of a topology file's gateway (docs/topology.md, "Gateways"): its own options,
+    ``--edge`` the edge router's control port, JSON stats every second on stdout, mTLS to the edge router
+    with the gateway's certificate (its name; it carries the publisher names it uses)."""
+    cmd = [sys.executable, "-m", "gridstat.cli.main", g.command, "--name", g.name, "--edge", edge,
+           "-o", "json", "--stats-every-s", "1", "--exit-with-parent"]
+    if g.kind == "goose":
+        cmd += ["--interface", g.interface]
+    else:
+        cmd += ["--outstation", g.outstation]
+        if g.allow_remote:
+            cmd += ["--allow-remote"]
+    for ca in g.common_addresses:
+        cmd += ["--common-address", str(ca)]
+    options: tuple[tuple[str, object], ...] = (
+        ("--address", g.address), ("--master-address", g.master_address), ("--map", g.map_path),
+        ("--priority", g.priority), ("--interval-ms", g.interval_ms), ("--min-interval-ms", g.min_interval_ms),
+        ("--event-poll-s", g.event_poll_s), ("--integrity-poll-s", g.integrity_poll_s))
+    for flag, value in options:
+        if value is not None:
+            cmd += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
+    if g.unsolicited:
+        cmd += ["--unsolicited"]
+    if certs is not None:
+        cmd += ["--tls-ca", str(certs.ca), "--tls-cert", str(certs.cert(g.name)), "--tls-key", str(certs.key(g.name))]
+    return cmd
+
+
+class GatewayProcess(ChildProcess):
+    """A SCADA gateway of the topology file; ``stats`` is its last JSON stats line (``-o json``)."""
+
+    ready_ports = ()
+    what = "gateway"
+
+    def __init__(self, spec: Gateway, edge: str, log_path: Path, *, certs: CertDir | None = None) -> None:
+        super().__init__(spec.name, log_path, certs)
+        self.spec = spec
+        self.edge = edge
+        self.stats: dict[str, Any] = {}
+        self._reader: asyncio.Task[None] | None = None
+
+    def command(self) -> list[str]:
+        return gateway_command(self.spec, self.edge, self.certs)
+
+    def connect(self) -> None:
+        """Nothing to open: its state is read from its stats lines."""
+
+    async def start(self) -> dict[str, str]:
+        fields = await super().start()
+        if self._reader is not None:
+            self._reader.cancel()
+        self._reader = asyncio.create_task(self._read_stats())
+        return fields
+
+    async def _read_stats(self) -> None:
+        """Keep the last stats line (and keep the pipe drained, or the gateway would block on it)."""
+        proc = self.proc
+        assert proc is not None and proc.stdout is not None
+        while line := await proc.stdout.readline():
+            with contextlib.suppress(ValueError):
+                data = json.loads(line)
+                if isinstance(data, dict):
+                    self.stats = data
+
+    def published(self) -> int:
+        """Values it handed to its publishers (``events_published``; GOOSE: ``points_published``)."""
+        return int(self.stats.get("events_published", self.stats.get("points_published", 0)))
+
+    async def stop(self, grace: float = 0.0) -> int | None:
+        code = await super().stop(grace)
+        if self._reader is not None:
+            with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(self._reader, STOP_TIMEOUT_S)  # the final stats line
+            self._reader = None
+        return code

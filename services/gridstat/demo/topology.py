@@ -17,10 +17,20 @@ hierarchy"): ``stations`` (substations with coordinates, voltage level, owner an
 attached to routers, whose attributes every variable published at the station carries, so
 where-expressions (docs/queries.md) select by them; and ``brokers``, a tree of parent QoS
 brokers of any depth over the clouds' leaf brokers (dissertation 3.3.2).
+
+``gateways`` (docs/topology.md, "Gateways") are SCADA gateways ``gridstat up`` runs as child processes
+in front of the user's own devices: ``iec104-gateway`` (an IEC 60870-5-104 outstation), ``dnp3-gateway``
+(a DNP3 outstation) and ``goose-gateway`` (a GOOSE LAN). Their map files are read here with the
+gateways' own loaders (paths relative to the topology file), so a bad map fails ``gridstat up`` before
+anything starts, and so the publisher names each gateway will use are known: its certificate carries
+them (docs/security.md, "Certificates (embedded mode)"). The variables a gateway publishes may be
+declared (``variables``) for the file's subscriptions to name them.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +42,7 @@ from gridstat.core.model import (
     MAX_FRAMES_PER_S,
     NAME_PATTERN,
     PRIORITIES,
+    PRIORITY_ALERT,
     PRIORITY_HIGH,
     TypeSpec,
     ValueType,
@@ -66,6 +77,26 @@ _LONGITUDE = {"type": "number", "minimum": -180, "maximum": 180}
 #: Descriptive fields of a router (docs/topology.md, "Routers").
 _ROUTER_META = {"description": _TEXT, "latitude": _LATITUDE, "longitude": _LONGITUDE, "owner": _TEXT,
                 "site": _TEXT}
+
+
+#: The SCADA gateways ``gridstat up`` can run (docs/topology.md, "Gateways"), and their commands.
+GATEWAY_KINDS = ("iec104", "dnp3", "goose")
+GATEWAY_COMMANDS = {"iec104": "iec104-gateway", "dnp3": "dnp3-gateway", "goose": "goose-gateway"}
+#: Fields every gateway may have, and those of each kind (each a command-line option of its gateway).
+_GATEWAY_COMMON = frozenset({"name", "kind", "edge", "station", "map", "priority", "variables"})
+GATEWAY_FIELDS = {
+    "iec104": frozenset({"outstation", "allow_remote", "common_addresses", "interval_ms", "min_interval_ms"}),
+    "dnp3": frozenset({"outstation", "allow_remote", "address", "master_address", "interval_ms", "min_interval_ms",
+                       "event_poll_s", "integrity_poll_s", "unsolicited"}),
+    "goose": frozenset({"interface"}),
+}
+GATEWAY_REQUIRED = {"iec104": ("outstation",), "dnp3": ("outstation", "address"), "goose": ("interface", "map")}
+#: The lowest priority each gateway takes for its periodic variables (dnp3-gateway: 1, alerts are 0).
+GATEWAY_MIN_PRIORITY = {"iec104": 0, "dnp3": 1, "goose": 0}
+_HOST_PORT = {"type": "string", "pattern": r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):[0-9]{1,5}$",
+              "description": "HOST:PORT"}
+_DNP3_ADDRESS = {"type": "integer", "minimum": 0, "maximum": 65519}
+_SECONDS = {"type": "number", "minimum": 0, "maximum": 86_400}
 
 
 def _obj(required: dict[str, object], optional: dict[str, object] | None = None) -> dict[str, object]:
@@ -105,6 +136,25 @@ SCHEMA: dict[str, object] = _obj({
     # Parent QoS brokers over the clouds' leaf brokers, a tree of any depth (docs/topology.md).
     "brokers": {"type": ["array", "null"], "items": _obj(
         {"name": _NAME}, {"parent": {}, "description": _TEXT, "owner": _TEXT, "region": _TEXT})},
+    # SCADA gateways run as child processes (docs/topology.md, "Gateways"); the fields of each kind
+    # are checked after the schema (GATEWAY_FIELDS).
+    "gateways": {"type": ["array", "null"], "items": _obj(
+        {"name": _NAME, "kind": {"enum": list(GATEWAY_KINDS)}},
+        {"edge": {}, "station": {}, "map": {"type": "string", "minLength": 1},
+         "priority": {"type": "integer", "minimum": PRIORITIES[0], "maximum": PRIORITIES[-1]},
+         "outstation": _HOST_PORT, "allow_remote": {"type": "boolean"},
+         "common_addresses": {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 1,
+                                                                         "maximum": 65535}},
+         "address": _DNP3_ADDRESS, "master_address": _DNP3_ADDRESS,
+         "interval_ms": _INTERVAL, "min_interval_ms": _INTERVAL, "event_poll_s": _SECONDS,
+         "integrity_poll_s": _SECONDS, "unsolicited": {"type": "boolean"},
+         "interface": {"type": "string", "pattern": r"^[A-Za-z0-9_.:@-]{1,15}$",
+                       "description": "a network interface name (1-15 characters)"},
+         "variables": {"type": ["array", "null"], "items": _obj(
+             {"name": {"type": "string", "pattern": r"^[^/]+/[^/]+$",
+                       "description": "'publisher/variable', as the gateway names it"},
+              "type": {"enum": list(VALUE_TYPES)}, "interval_ms": _INTERVAL},
+             {"priority": {"type": "integer", "minimum": PRIORITIES[0], "maximum": PRIORITIES[-1]}})}})},
 })
 
 
@@ -234,6 +284,45 @@ class Subscription:
 
 
 @dataclass(frozen=True)
+class Gateway:
+    """A SCADA gateway ``gridstat up`` runs (``gateways:``; docs/topology.md, "Gateways"): the kind, its
+    edge router, and the options of its command line that the file sets (None/empty: the gateway's default)."""
+
+    name: str
+    kind: str
+    edge: str
+    #: The outstation (iec104, dnp3) as written, ``HOST:PORT``; the interface (goose).
+    outstation: str = ""
+    interface: str = ""
+    allow_remote: bool = False
+    common_addresses: tuple[int, ...] = ()
+    address: int | None = None
+    master_address: int | None = None
+    #: The map file, resolved against the topology file's directory.
+    map_path: Path | None = None
+    priority: int | None = None
+    interval_ms: int | None = None
+    min_interval_ms: int | None = None
+    event_poll_s: float | None = None
+    integrity_poll_s: float | None = None
+    unsolicited: bool = False
+    #: The publisher names it will publish under (its certificate carries each: the broker binds them).
+    publishers: tuple[str, ...] = ()
+    #: Variables declared for the file's subscriptions (``publisher/variable``, type, interval).
+    variables: tuple[Variable, ...] = ()
+    station: Station | None = None
+
+    @property
+    def command(self) -> str:
+        return GATEWAY_COMMANDS[self.kind]
+
+    @property
+    def target(self) -> str:
+        """What it reads: the outstation's ``HOST:PORT`` or the interface."""
+        return self.outstation or self.interface
+
+
+@dataclass(frozen=True)
 class Topology:
     source: str
     clouds: tuple[str, ...]
@@ -248,6 +337,8 @@ class Topology:
     brokers: tuple[Broker, ...] = ()
     #: The parent broker above each cloud's leaf broker (with ``brokers``).
     cloud_brokers: Mapping[str, str] = field(default_factory=dict)
+    #: SCADA gateways run as child processes (docs/topology.md, "Gateways").
+    gateways: tuple[Gateway, ...] = ()
 
     def router(self, name: str) -> Router:
         return next(r for r in self.routers if r.name == name)
@@ -271,7 +362,20 @@ class Topology:
             for v in p.variables:
                 if v.full_name == full_name:
                     return v
+        for g in self.gateways:
+            for v in g.variables:
+                if v.full_name == full_name:
+                    return v
         raise KeyError(full_name)
+
+    def gateway_of(self, full_name: str) -> Gateway | None:
+        """The gateway that declares the variable ``full_name``, or None (a publisher's)."""
+        return next((g for g in self.gateways if any(v.full_name == full_name for v in g.variables)), None)
+
+    def edge_of(self, full_name: str) -> str:
+        """The edge router the variable is published at (its publisher's or its gateway's)."""
+        gateway = self.gateway_of(full_name)
+        return gateway.edge if gateway is not None else self.publisher_of(full_name).edge
 
     def publisher_of(self, full_name: str) -> Publisher:
         pub = full_name.split("/", 1)[0]
@@ -287,8 +391,7 @@ class Topology:
 
     def crosses_clouds(self, sub: Subscription) -> bool:
         """Whether the subscription's publisher is in another cloud (the parent broker's business)."""
-        pub = self.publisher_of(sub.variable)
-        return self.router(pub.edge).cloud != self.router(sub.edge).cloud
+        return self.router(self.edge_of(sub.variable)).cloud != self.router(sub.edge).cloud
 
     def error(self, path: Path_, message: str) -> TopologyError:
         """An error at ``path`` (the nearest enclosing node that has a line)."""
@@ -321,10 +424,11 @@ class _Checker:
         return _error(self.source, self.lines, path, message)
 
 
-def parse_topology(text: str, source: str = "topology.yaml") -> Topology:
-    """Parse and validate a topology document; ``source`` names it in errors."""
+def parse_topology(text: str, source: str = "topology.yaml", base: Path | None = None) -> Topology:
+    """Parse and validate a topology document; ``source`` names it in errors; gateways' map files are
+    relative to ``base`` (default: the directory of ``source``)."""
     data, lines = yamldoc.load(text, source, TopologyError)
-    return _validate(data, source, lines)
+    return _validate(data, source, lines, base if base is not None else Path(source).parent)
 
 
 def load_topology(path: str | Path | None = None) -> Topology:
@@ -338,7 +442,7 @@ def load_topology(path: str | Path | None = None) -> Topology:
     return parse_topology(text, source)
 
 
-def _validate(data: object, source: str, lines: dict[str, int]) -> Topology:
+def _validate(data: object, source: str, lines: dict[str, int], base: Path) -> Topology:
     c = _Checker(source, lines)
     problem = yamldoc.schema_problem(data, SCHEMA, lines)
     if problem is not None:
@@ -449,22 +553,30 @@ def _validate(data: object, source: str, lines: dict[str, int]) -> Topology:
         publishers.append(Publisher(name, edge, tuple(pvars), PUBLISHER_ID_BASE + len(publishers) + 1, device,
                                     station))
 
+    gateways = _gateways(c, top, routers, stations, publishers, base, len(variables))
+    for g in gateways:
+        variables.update((v.full_name, v) for v in g.variables)
+
     subscriptions: list[Subscription] = []
     for i, m in enumerate(top["subscriptions"]):
         p = ("subscriptions", i)
         name = m["name"]
         if any(s.name == name for s in subscriptions):
             raise c.fail((*p, "name"), f"duplicate subscription {name!r}")
+        if any(g.name == name for g in gateways):
+            raise c.fail((*p, "name"), f"{name!r} is also a gateway's name: each client has its own certificate "
+                         "identity")
         edge = _edge(c, m["edge"], (*p, "edge"), routers)
         var_name = m["variable"]
         if not isinstance(var_name, str) or var_name.count("/") != 1:
             raise c.fail((*p, "variable"), f"{var_name!r} is not of the form 'publisher/variable'")
         if var_name not in variables:
-            raise c.fail((*p, "variable"), f"unknown status variable {var_name!r}")
+            raise c.fail((*p, "variable"), f"unknown status variable {var_name!r}"
+                         + (" (a gateway's variable must be declared in its 'variables')" if gateways else ""))
         subscriptions.append(Subscription(name, edge, var_name, m["interval_ms"], m["latency_ms"],
                                           m.get("redundancy", 1), SUBSCRIBER_ID_BASE + len(subscriptions) + 1))
     return Topology(source, tuple(clouds), tuple(routers.values()), tuple(links), tuple(publishers),
-                    tuple(subscriptions), lines, tuple(stations.values()), brokers, cloud_brokers)
+                    tuple(subscriptions), lines, tuple(stations.values()), brokers, cloud_brokers, gateways)
 
 
 def _stations(c: _Checker, top: Mapping[str, Any], routers: Mapping[str, Router]) -> dict[str, Station]:
@@ -569,3 +681,130 @@ def _edge(c: _Checker, value: object, path: Path_, routers: Mapping[str, Router]
         raise c.fail(path, f"{value!r} is {_a(routers[value].role)} router; {what} "
                      "attach to edge or edge-border routers")
     return value
+
+
+def _gateways(c: _Checker, top: Mapping[str, Any], routers: Mapping[str, Router], stations: Mapping[str, Station],
+              publishers: list[Publisher], base: Path, first_variable_id: int) -> tuple[Gateway, ...]:
+    """The ``gateways`` (docs/topology.md, "Gateways"): each kind's fields, the edge, the map file read with
+    the gateway's own loader, the publisher names it will use, its declared variables."""
+    out: list[Gateway] = []
+    taken = {p.name: f"publisher {p.name!r}" for p in publishers}
+    next_id = first_variable_id + 1
+    for i, m in enumerate(top.get("gateways") or ()):
+        p: Path_ = ("gateways", i)
+        name, kind = m["name"], m["kind"]
+        if any(g.name == name for g in out):
+            raise c.fail((*p, "name"), f"duplicate gateway {name!r}")
+        if name in taken:
+            raise c.fail((*p, "name"), f"{name!r} is also the name of {taken[name]}: each client has its own "
+                         "certificate identity")
+        allowed = _GATEWAY_COMMON | GATEWAY_FIELDS[kind]
+        for key in m:
+            if key not in allowed:
+                others = [k for k, fields in GATEWAY_FIELDS.items() if key in fields]
+                raise c.fail((*p, key), f"a {kind} gateway has no {key!r}"
+                             + (f" (that is a field of {' and '.join(others)} gateways)" if others else ""))
+        for key in GATEWAY_REQUIRED[kind]:
+            if key not in m:
+                raise c.fail(p, f"missing field {key!r} (a {kind} gateway needs {', '.join(GATEWAY_REQUIRED[kind])})")
+        station = None
+        if "station" in m:
+            station = stations.get(m["station"]) if isinstance(m["station"], str) else None
+            if station is None:
+                raise c.fail((*p, "station"), f"unknown station {m['station']!r}")
+        if "edge" not in m and station is None:
+            raise c.fail(p, "missing field 'edge' (or a 'station', whose router it then attaches to)")
+        edge = _edge(c, m.get("edge", station.router if station else None), (*p, "edge"), routers,
+                     what="gateways")
+        if station is not None and edge != station.router:
+            raise c.fail((*p, "edge"), f"gateway {name!r} is at station {station.name!r}, attached to router "
+                         f"{station.router!r}, not {edge!r} (leave out 'edge': it is the station's router)")
+        priority = m.get("priority")
+        if priority is not None and priority < GATEWAY_MIN_PRIORITY[kind]:
+            raise c.fail((*p, "priority"), f"a {kind} gateway's priority is {GATEWAY_MIN_PRIORITY[kind]}.."
+                         f"{PRIORITIES[-1]}, not {priority}")
+        outstation = m.get("outstation", "")
+        if outstation:
+            host, _, port = outstation.rpartition(":")
+            if not 0 < int(port) < 65536:
+                raise c.fail((*p, "outstation"), f"port {port} of {outstation!r} is not 1..65535")
+            if not m.get("allow_remote") and not _loopback(host.strip("[]")):
+                raise c.fail((*p, "outstation"), f"{outstation!r} is not on this host: add 'allow_remote: true' "
+                             "to talk to an outstation on the network")
+        if m.get("event_poll_s") == 0 and not m.get("unsolicited"):
+            raise c.fail((*p, "event_poll_s"), "0 polls no events: give 'unsolicited: true' too, or a period")
+        map_path = None
+        if "map" in m:
+            map_path = (base / m["map"]).absolute()  # an absolute path stays as it is
+            if not map_path.is_file():
+                raise c.fail((*p, "map"), f"no map file {str(map_path)!r} (relative paths are relative to the "
+                             "topology file)")
+        gw = Gateway(name, kind, edge, outstation=outstation, interface=m.get("interface", ""),
+                     allow_remote=bool(m.get("allow_remote", False)),
+                     common_addresses=tuple(dict.fromkeys(m.get("common_addresses") or ())),
+                     address=m.get("address"), master_address=m.get("master_address"), map_path=map_path,
+                     priority=priority, interval_ms=m.get("interval_ms"), min_interval_ms=m.get("min_interval_ms"),
+                     event_poll_s=_float(m.get("event_poll_s")), integrity_poll_s=_float(m.get("integrity_poll_s")),
+                     unsolicited=bool(m.get("unsolicited", False)), station=station)
+        try:
+            names = gateway_publishers(gw)
+        except ValidationError as exc:
+            raise c.fail((*p, "map"), exc.message) from None
+        for pub in names:
+            if pub in taken and taken[pub] != f"gateway {name!r}":
+                raise c.fail((*p, "map") if map_path else p, f"gateway {name!r} publishes as {pub!r}, which is "
+                             f"also {taken[pub]}")
+            taken[pub] = f"gateway {name!r}"
+        taken[name] = f"gateway {name!r}"
+        declared: list[Variable] = []
+        for j, vm in enumerate(m.get("variables") or ()):
+            vp: Path_ = (*p, "variables", j)
+            pub, vname = vm["name"].split("/", 1)
+            if pub not in names:
+                raise c.fail((*vp, "name"), f"gateway {name!r} publishes as {', '.join(names) or 'nothing known'}, "
+                             f"not {pub!r} (its map file names the publishers)")
+            if any(v.full_name == vm["name"] for v in declared):
+                raise c.fail((*vp, "name"), f"duplicate variable {vm['name']!r} of gateway {name!r}")
+            default = PRIORITY_ALERT if vm["type"] == "bool" else max(PRIORITY_HIGH, priority or PRIORITY_HIGH)
+            declared.append(Variable(pub, vname, vm["type"], vm["interval_ms"], vm.get("priority", default),
+                                     next_id))
+            next_id += 1
+        out.append(dataclasses.replace(gw, publishers=names, variables=tuple(declared)))
+    return tuple(out)
+
+
+def gateway_publishers(g: Gateway) -> tuple[str, ...]:
+    """The publisher names a gateway will publish under: its map file's names and its defaults
+    (``ca<CA>`` of each common address, ``dnp<address>``); a bad map file is a ValidationError."""
+    names: list[str] = []
+    if g.kind == "iec104":
+        from gridstat.gateways.iec104 import mapping as iec104
+
+        pm = iec104.load_point_map(g.map_path) if g.map_path else iec104.PointMap()
+        names += pm.stations.values()
+        for (ca, _), entry in pm.points.items():
+            names.append(entry.publisher or pm.stations.get(ca) or f"ca{ca}")
+        if not pm.only_mapped:
+            names += [pm.stations.get(ca) or f"ca{ca}" for ca in g.common_addresses]
+    elif g.kind == "dnp3":
+        from gridstat.gateways.dnp3 import mapping as dnp3
+
+        dm = dnp3.load_point_map(g.map_path) if g.map_path else dnp3.PointMap()
+        default = dm.publisher or f"dnp{g.address}"
+        names += [entry.publisher or default for entry in dm.entries.values()]
+        if dm.others or not dm.entries:
+            names.append(default)
+    else:
+        from gridstat.gateways.goose import mapping as goose
+
+        assert g.map_path is not None
+        gm = goose.load_map(g.map_path)
+        names += [point.full_name.split("/", 1)[0] for block in gm.subscribe for point in block.points]
+    return tuple(dict.fromkeys(names))
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"

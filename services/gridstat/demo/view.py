@@ -2,7 +2,8 @@
 
 ``Snapshot`` is plain data taken from the live objects, so rendering is pure and the plain format
 is stable for scripts and tests: one ``key=value`` line per subscription (``sub ...``), per
-router (``router ...``) and per QoS broker (``broker ...``), and ``note ...`` lines.
+router (``router ...``), per QoS broker (``broker ...``) and per SCADA gateway (``gateway ...``), and
+``note ...`` lines.
 """
 
 from __future__ import annotations
@@ -73,6 +74,24 @@ class BrokerRow:
 
 
 @dataclass(frozen=True)
+class GatewayRow:
+    """A SCADA gateway of the topology file (docs/topology.md, "Gateways"), from its last stats line."""
+
+    name: str
+    kind: str             # iec104, dnp3, goose
+    edge: str
+    target: str           # the outstation's HOST:PORT, or the interface
+    pid: int | None
+    state: str            # the process: up, restarting, exited, stopped
+    link: str = "-"       # the gateway's own state (started, polling, disconnected ...)
+    published: int = 0    # values handed to its publishers
+    variables: int = 0    # variables it registered
+    drops: int = 0
+    exit: str = "-"
+    restarts: int = 0
+
+
+@dataclass(frozen=True)
 class Snapshot:
     elapsed_s: float
     variant: str
@@ -81,6 +100,7 @@ class Snapshot:
     routers: tuple[RouterRow, ...]
     brokers: tuple[BrokerRow, ...] = ()
     notes: tuple[str, ...] = ()
+    gateways: tuple[GatewayRow, ...] = ()
 
 
 def _fmt(v: float | None, spec: str = ".1f") -> str:
@@ -105,7 +125,8 @@ def _state_text(state: str, exit: str, restarts: int) -> Text:
 def plain_lines(s: Snapshot, *, title: str = "STATUS") -> list[str]:
     admitted = sum(1 for r in s.subscriptions if r.status == "admitted")
     lines = [f"{title} t={s.elapsed_s:.1f}s topology={s.source} variant={s.variant} brokers={len(s.brokers)} "
-             f"routers={len(s.routers)} subscriptions={len(s.subscriptions)} admitted={admitted}"]
+             f"routers={len(s.routers)} subscriptions={len(s.subscriptions)} admitted={admitted}"
+             + (f" gateways={len(s.gateways)}" if s.gateways else "")]
     for r in s.subscriptions:
         line = (f"  sub name={r.name} var={r.variable} edge={r.edge} status={r.status} paths={len(r.paths)} "
                 f"interval_ms={r.interval_ms} effective_ms={r.effective_interval_ms} "
@@ -130,6 +151,11 @@ def plain_lines(s: Snapshot, *, title: str = "STATUS") -> list[str]:
             f"subscriptions={b.subscriptions} "
             f"routers_up={b.routers_up} routers_down={b.routers_down} held={','.join(b.held) or '-'} "
             f"segments={b.segments}")
+    for g in s.gateways:
+        lines.append(
+            f"  gateway name={g.name} kind={g.kind} edge={g.edge} target={g.target} pid={g.pid} state={g.state} "
+            f"exit={g.exit} restarts={g.restarts} link={g.link} published={g.published} variables={g.variables} "
+            f"drops={g.drops}")
     lines.extend(f"  note {n}" for n in s.notes)
     return lines
 
@@ -180,5 +206,16 @@ def rich_view(s: Snapshot) -> Group:
                         str(b.subscriptions), str(b.segments), str(b.routers_up),
                         Text(str(b.routers_down), style="red" if b.routers_down else ""))
     parts: list[Table | Text] = [subs, routers, brokers]
+    if s.gateways:
+        gateways = Table(title="SCADA gateways", title_justify="left")
+        for col, justify in (("gateway", "left"), ("kind", "left"), ("edge", "left"), ("device", "left"),
+                             ("pid", "right"), ("state", "left"), ("link", "left"), ("published", "right"),
+                             ("variables", "right"), ("drops", "right")):
+            gateways.add_column(col, justify=justify)  # type: ignore[arg-type]
+        for g in s.gateways:
+            gateways.add_row(g.name, g.kind, g.edge, g.target, str(g.pid or "-"),
+                             _state_text(g.state, g.exit, g.restarts), g.link, str(g.published), str(g.variables),
+                             Text(str(g.drops), style="red" if g.drops else ""))
+        parts.append(gateways)
     parts.extend(Text(n, style="yellow") for n in s.notes)
     return Group(*parts)

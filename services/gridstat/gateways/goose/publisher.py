@@ -51,6 +51,7 @@ class GoosePublisherGateway:
         self.subscriber: Subscriber | None = None
         self.subscriptions: list[Subscription] = []
         self._wake = asyncio.Event()
+        self._last_error = ""
 
     def open(self) -> None:
         if self.socket is None:
@@ -85,24 +86,42 @@ class GoosePublisherGateway:
     def _on_event(self, sub: Subscription, holder: Holder) -> None:
         self.alert(sub.variable.full_name, holder.value, holder.timestamp_ms)
 
-    async def subscribe(self) -> None:
+    async def subscribe(self, stop: asyncio.Event) -> None:
+        """Connect and subscribe to every member's variable, retrying with a capped back-off while the
+        edge router is away or a variable is not registered yet (``UnknownVariable``)."""
         o = self.options
-        self.subscriber = await Subscriber.connect(o.name, o.edge, tls=self.tls, first_time=True)
-        for full_name, members in self._members.items():
-            sub = await self.subscriber.subscribe_remote(full_name, members[0][2].type, interval_ms=1,
-                                                         latency_ms=o.latency_ms, on_event=self._on_event)
+        delay_s = 0.2
+        todo = list(self._members)
+        while todo and not stop.is_set():
+            try:
+                if self.subscriber is None:
+                    self.subscriber = await Subscriber.connect(o.name, o.edge, tls=self.tls, first_time=True)
+                full_name = todo[0]
+                sub = await self.subscriber.subscribe_remote(full_name, self._members[full_name][0][2].type,
+                                                             interval_ms=1, latency_ms=o.latency_ms,
+                                                             on_event=self._on_event)
+            except (GridStatError, OSError) as exc:
+                self.stats.registration_errors += 1
+                if str(exc) != self._last_error:
+                    log.warning("subscribing through edge router %s: %s; retrying", o.edge, exc)
+                    self._last_error = str(exc)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), delay_s)
+                delay_s = min(5.0, delay_s * 2)
+                continue
+            todo.pop(0)
             self.subscriptions.append(sub)
+            self.stats.registrations += 1
 
     async def run(self, stop: asyncio.Event, *, subscribed: asyncio.Event | None = None) -> None:
-        """Send every block's first state, subscribe, then retransmit until ``stop`` is set. A refused
-        subscription is raised (``SubscriptionRejected``, ``UnknownVariable``)."""
+        """Send every block's first state, subscribe, then retransmit until ``stop`` is set."""
         self.open()
         now = time.monotonic()
         for r in self.blocks:
             self.send([r.change({}, int(time.time() * 1000), now)])
         ticking = asyncio.ensure_future(self._retransmit(stop))
         try:
-            await self.subscribe()
+            await self.subscribe(stop)
             if subscribed is not None:
                 subscribed.set()
             await stop.wait()

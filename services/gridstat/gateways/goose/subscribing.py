@@ -75,9 +75,15 @@ def point_value(kind: str, value: Value | None) -> object:
     return None
 
 
+def distance(a: int, b: int) -> int:
+    """Steps from stNum or sqNum ``b`` to ``a``, with the roll-over to 1 (0 is skipped)."""
+    d = (a - b) % ROLLOVER
+    return d - 1 if a < b else d
+
+
 def newer(a: int, b: int) -> bool:
-    """stNum or sqNum ``a`` comes after ``b``, with the roll-over (serial-number arithmetic)."""
-    return 0 < (a - b) % ROLLOVER < ROLLOVER // 2
+    """stNum or sqNum ``a`` comes after ``b`` (serial-number arithmetic, as RFC 1982)."""
+    return 0 < distance(a, b) < ROLLOVER // 2
 
 
 class SubscriberSession:
@@ -130,17 +136,17 @@ class SubscriberSession:
                 if not newer(frame.sq_num, stream.sq_num):
                     stats.drops.add(DropReason.STALE)
                     return []
-                if (frame.sq_num - stream.sq_num) % ROLLOVER != 1:
+                if distance(frame.sq_num, stream.sq_num) != 1:
                     stats.sq_num_gaps += 1
                 stream.sq_num, stream.deadline_s = frame.sq_num, deadline_s
                 stats.retransmissions += 1
                 return []
-            restarted = frame.sq_num == 0 and frame.t.ms > stream.t.ms
-            if not newer(frame.st_num, stream.st_num) and not restarted:
-                stats.drops.add(DropReason.STALE)
-                return []
-            if not restarted and (frame.st_num - stream.st_num) % ROLLOVER != 1:
-                stats.st_num_gaps += (frame.st_num - stream.st_num) % ROLLOVER - 1
+            if not newer(frame.st_num, stream.st_num):
+                if not (frame.sq_num == 0 and frame.t.ms > stream.t.ms):  # else: the publisher restarted
+                    stats.drops.add(DropReason.STALE)
+                    return []
+            elif distance(frame.st_num, stream.st_num) != 1:
+                stats.st_num_gaps += distance(frame.st_num, stream.st_num) - 1
             stats.state_changes += 1
         self._streams[key] = _Stream(frame.st_num, frame.sq_num, frame.t, deadline_s)
         stats.states += 1

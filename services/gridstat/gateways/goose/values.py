@@ -52,18 +52,20 @@ class UtcTime:
 
     @property
     def microseconds(self) -> int:
-        return self.fraction * 1_000_000 // FRACTION_SCALE
+        """The fraction in microseconds, to the nearest (at most 999,999)."""
+        return min(999_999, (self.fraction * 1_000_000 + FRACTION_SCALE // 2) // FRACTION_SCALE)
 
     @property
     def ms(self) -> int:
-        """Milliseconds since 1970, rounded down."""
-        return self.seconds * 1000 + self.fraction * 1000 // FRACTION_SCALE
+        """Milliseconds since 1970, to the nearest: libiec61850 writes ``floor(ms * 2**24 / 1000)``, so
+        rounding down would read 123 ms back as 122."""
+        return self.seconds * 1000 + (self.fraction * 1000 + FRACTION_SCALE // 2) // FRACTION_SCALE
 
     @classmethod
     def from_ms(cls, ms: int, quality: int = 0) -> UtcTime:
+        """As libiec61850 writes it (``MmsValue_setUtcTimeMs``): the fraction rounded down."""
         seconds, rest_ms = divmod(ms, 1000)
-        # Rounded up, so that ``from_ms(x).ms == x``.
-        return cls(seconds, -(-rest_ms * FRACTION_SCALE // 1000), quality)
+        return cls(seconds, rest_ms * FRACTION_SCALE // 1000, quality)
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from gridstat.bench import dnp3 as dnp3_bench
+from gridstat.bench import goose as goose_bench
 from gridstat.bench import granularity
 
 DEFAULT_DOC = "docs/benchmarks.md"
@@ -75,6 +76,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     pm.add_argument("--no-subscribers", action="store_true",
                     help="without the SDK subscribers (the PDC path alone: less load on a small machine)")
     _write_args(pm)
+    go = sub.add_parser("goose", help="IEC 61850 GOOSE into GridStat: points/s per goose-gateway core and alert "
+                                      "latency through two routers (docs/goose.md; root; < 2 min)")
+    goose_bench.add_arguments(go)
+    _write_args(go)
     dn = sub.add_parser("dnp3", help="DNP3 into GridStat: points/s per dnp3-gateway core and alert latency through "
                                      "two routers (docs/dnp3.md; < 2 min)")
     dnp3_bench.add_arguments(dn)
@@ -209,6 +214,11 @@ def run(args: argparse.Namespace) -> int:
         runs = iec104.run_iec104_bench(points=args.points, reps=args.reps or (1 if args.quick else 2),
                                        quick=args.quick, log=_log)
         return _publish(iec104.report(runs, report.facts_md(facts)), target, "iec104")
+    if args.bench == "goose":
+        runs = goose_bench.run_goose_bench(blocks=args.blocks, members=args.members, states_per_s=args.states_per_s,
+                                           reps=args.reps or (1 if args.quick else 2),
+                                           window_s=5.0 if args.quick else 10.0, log=_log)
+        return _publish(goose_bench.report(runs, report.facts_md(facts)), target, "goose")
     if args.bench == "dnp3":
         runs = dnp3_bench.run_dnp3_bench(analogs=args.analogs or (300 if args.quick else 1_000),
                                          reps=args.reps or (1 if args.quick else 2),

@@ -129,8 +129,10 @@ def _subscribe(interface: str, gocb_ref: str, app_id: int) -> None:
     sub.set_listener(lambda msg: print(_line(msg), flush=True))
     sub.start()
     print("READY", flush=True)
-    while True:
-        time.sleep(3600)
+    parent = os.getppid()
+    while os.getppid() == parent:  # the test process gone (killed): go too
+        time.sleep(0.5)
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -102,7 +102,7 @@ def start_gateway(tmp: Path, edge_port: int, goose_map: dict[str, Any]) -> Gatew
     out = tmp / "goose-gateway.out"
     proc = subprocess.Popen([sys.executable, "-m", "gridstat.cli.main", "goose-gateway", "--interface", "lo",
                              "--map", str(path), "--edge", f"127.0.0.1:{edge_port}", "--name", "goose1",
-                             "-o", "json", "--stats-every-s", "0.2", "--log-level", "INFO"],
+                             "-o", "json", "--stats-every-s", "0.2", "--log-level", "INFO", "--exit-with-parent"],
                             stdout=out.open("wb"), stderr=(tmp / "goose-gateway.err").open("ab"),
                             start_new_session=True)
     return GatewayProc(proc, out)

@@ -82,13 +82,14 @@ def _source_main(mode: str, blocks: int, members: int, states_per_s: float) -> N
     from gridstat.gateways.goose.values import UtcTime, Value
 
     sock = RawSocket("lo", receive=False)
+    parent = os.getppid()
     print("READY name=goose-source", flush=True)
     if mode == "flood":
         st_num = [0] * blocks
         period_s = 1.0 / states_per_s
         next_s = time.monotonic()
         k = 0
-        while True:
+        while os.getppid() == parent:  # the benchmark gone: stop flooding lo
             now_ms = int(time.time() * 1000)
             for b in range(blocks):
                 st_num[b] += 1
@@ -113,7 +114,7 @@ def _source_main(mode: str, blocks: int, members: int, states_per_s: float) -> N
         state = [False] * ALERT_MEMBERS
         i = 0
         next_change = time.monotonic() + CHANGE_EVERY_S
-        while True:
+        while os.getppid() == parent:
             now = time.monotonic()
             if now >= next_change:
                 state[i] = not state[i]

@@ -81,7 +81,10 @@ def decode_frame(data: bytes | memoryview) -> GooseFrame:
     tag, start, stop = read_tlv(data, pos + 8, end)
     if tag != GOOSE_PDU_TAG:
         raise FrameError(DropReason.BAD_BER, f"tag 0x{tag:02x} is not the goosePdu's")
-    fields: dict[str, object] = {}
+    texts: dict[str, str] = {}
+    numbers: dict[str, int] = {}
+    flags: dict[str, bool] = {}
+    t: UtcTime | None = None
     all_data: tuple[Value, ...] | None = None
     last = -1
     for ftag, a, b in iter_tlvs(data, start, stop):
@@ -92,35 +95,33 @@ def decode_frame(data: bytes | memoryview) -> GooseFrame:
         raw = data[a:b]
         if ftag in _STRING_FIELDS:
             try:
-                fields[_STRING_FIELDS[ftag]] = bytes(raw).decode("ascii")
+                texts[_STRING_FIELDS[ftag]] = bytes(raw).decode("ascii")
             except UnicodeDecodeError:
                 raise FrameError(DropReason.BAD_FIELD, f"{_STRING_FIELDS[ftag]} is not ASCII") from None
         elif ftag in _UNSIGNED_FIELDS:
-            fields[_UNSIGNED_FIELDS[ftag]] = decode_unsigned(raw)
+            numbers[_UNSIGNED_FIELDS[ftag]] = decode_unsigned(raw)
         elif ftag == 0x84:
-            fields["t"] = decode_utc_time(raw)
+            t = decode_utc_time(raw)
         elif ftag in (0x87, 0x89):
             if len(raw) != 1:
                 raise FrameError(DropReason.BAD_FIELD, "BOOLEAN of a length other than 1")
-            fields["simulation" if ftag == 0x87 else "ndsCom"] = raw[0] != 0
+            flags["simulation" if ftag == 0x87 else "ndsCom"] = raw[0] != 0
         elif ftag == 0xAB:
-            all_data = tuple(decode_value(t, data[x:y]) for t, x, y in iter_tlvs(data, a, b))
+            all_data = tuple(decode_value(t_, data[x:y]) for t_, x, y in iter_tlvs(data, a, b))
         # [12] security and later extensions: skipped
-    missing = [f for f in ("gocbRef", "timeAllowedtoLive", "datSet", "t", "stNum", "sqNum", "confRev",
-                           "numDatSetEntries") if f not in fields]
-    if missing or all_data is None:
-        raise FrameError(DropReason.BAD_FIELD, f"goosePdu without {', '.join(missing or ['allData'])}")
-    if fields["numDatSetEntries"] != len(all_data):
+    missing = [f for f in ("gocbRef", "datSet") if f not in texts]
+    missing += [f for f in ("timeAllowedtoLive", "stNum", "sqNum", "confRev", "numDatSetEntries") if f not in numbers]
+    missing += ["t"] * (t is None) + ["allData"] * (all_data is None)
+    if missing or t is None or all_data is None:
+        raise FrameError(DropReason.BAD_FIELD, f"goosePdu without {', '.join(missing)}")
+    if numbers["numDatSetEntries"] != len(all_data):
         raise FrameError(DropReason.ENTRIES_MISMATCH,
-                         f"numDatSetEntries {fields['numDatSetEntries']} with {len(all_data)} members")
-    t = fields["t"]
-    assert isinstance(t, UtcTime)
+                         f"numDatSetEntries {numbers['numDatSetEntries']} with {len(all_data)} members")
     return GooseFrame(
-        app_id=app_id, gocb_ref=str(fields["gocbRef"]), time_allowed_to_live_ms=int(str(fields["timeAllowedtoLive"])),
-        dat_set=str(fields["datSet"]), go_id=str(fields.get("goID", "")), t=t, st_num=int(str(fields["stNum"])),
-        sq_num=int(str(fields["sqNum"])), simulation=bool(fields.get("simulation", False)),
-        conf_rev=int(str(fields["confRev"])), nds_com=bool(fields.get("ndsCom", False)), all_data=all_data,
-        src_mac=bytes(data[6:12]), dst_mac=bytes(data[0:6]), vlan_id=vlan_id)
+        app_id=app_id, gocb_ref=texts["gocbRef"], time_allowed_to_live_ms=numbers["timeAllowedtoLive"],
+        dat_set=texts["datSet"], go_id=texts.get("goID", ""), t=t, st_num=numbers["stNum"], sq_num=numbers["sqNum"],
+        simulation=flags.get("simulation", False), conf_rev=numbers["confRev"], nds_com=flags.get("ndsCom", False),
+        all_data=all_data, src_mac=bytes(data[6:12]), dst_mac=bytes(data[0:6]), vlan_id=vlan_id)
 
 
 def encode_pdu(frame: GooseFrame, encoded_data: Sequence[bytes] | None = None) -> bytes:

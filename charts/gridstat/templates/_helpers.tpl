@@ -466,10 +466,9 @@ input: (dict "kind" "iec104" "item" $gw). output: JSON list, sorted, without dup
 {{- toJson ($names | uniq | sortAlpha) -}}
 {{- end -}}
 
-{{/* Whether the release runs SCADA gateways that serve /metrics ("true" or ""): IEC 104 and GOOSE
-     gateways (the DNP3 gateway serves none). input: the root context. */}}
+{{/* Whether the release runs SCADA gateways, which serve /metrics ("true" or ""). input: the root context. */}}
 {{- define "gridstat.hasGatewayMetricsPods" -}}
-{{- if or .Values.scada.iec104 .Values.scada.goose }}true{{ end -}}
+{{- if or .Values.scada.iec104 .Values.scada.dnp3 .Values.scada.goose }}true{{ end -}}
 {{- end -}}
 
 {{/* A role's TLS volume. input: (dict "root" $ "role" "broker-a" "name" "tls"). */}}

@@ -84,9 +84,8 @@ def test_the_rendered_arguments_are_the_commands_own(tools: dict[str, str]) -> N
         assert parsed.tls_ca == "/etc/gridstat/tls/ca.crt" and parsed.map in (None, "/etc/gridstat/map/map.yaml")
         if args[1] != "goose-gateway":
             assert parsed.allow_remote is True
-        if args[1] in ("iec104-gateway", "goose-gateway"):
-            assert parsed.metrics_port == 9110 and parsed.kafka == "kafka-0.data:9092,kafka-1.data:9092"
-            assert parsed.telemetry_exporter == f"grid/{d['metadata']['name']}"
+        assert parsed.metrics_port == 9110 and parsed.kafka == "kafka-0.data:9092,kafka-1.data:9092"
+        assert parsed.telemetry_exporter == f"grid/{d['metadata']['name']}"
     assert seen == set(KINDS)
     deployments = by_kind(render(tools, SCADA), "Deployment")
     north = build_parser("iec104-gateway").parse_args(args_of(deployments["rel-gridstat-iec104-gateway-sub-north"])[1:])
@@ -100,7 +99,7 @@ def test_the_rendered_arguments_are_the_commands_own(tools: dict[str, str]) -> N
     # defaults are the command's: nothing but the device, the edge router and TLS unless given
     assert args_of(deployments["rel-gridstat-dnp3-gateway-recloser2"]) == [
         "gridstat", "dnp3-gateway", "--outstation=10.20.30.43:20000", "--allow-remote", "--name=recloser2",
-        f"--edge={EDGE.format(3)}", "--address=4", *TLS_ARGS]
+        f"--edge={EDGE.format(3)}", "--address=4", "--metrics-host=0.0.0.0", "--metrics-port=9110", *TLS_ARGS]
     bay = build_parser("goose-gateway").parse_args(args_of(deployments["rel-gridstat-goose-gateway-bay1"])[1:])
     assert (bay.interface, bay.name, bay.latency_ms, bay.metrics_host, bay.metrics_port) == (
         "eth1", "gridstat-goose-gateway-bay1", 20, "$(POD_IP)", 9110)
@@ -109,9 +108,9 @@ def test_the_rendered_arguments_are_the_commands_own(tools: dict[str, str]) -> N
 def test_each_gateway_is_a_recreated_publisher_pod(tools: dict[str, str]) -> None:  # noqa: F811
     docs = render(tools, SCADA, extra=KAFKA)
     deployments = by_kind(docs, "Deployment")
-    for name, kind, metrics in (("rel-gridstat-iec104-gateway-sub-north", "iec104-gateway", True),
-                                ("rel-gridstat-dnp3-gateway-feeder7", "dnp3-gateway", False),
-                                ("rel-gridstat-goose-gateway-bay1", "goose-gateway", True)):
+    for name, kind in (("rel-gridstat-iec104-gateway-sub-north", "iec104-gateway"),
+                       ("rel-gridstat-dnp3-gateway-feeder7", "dnp3-gateway"),
+                       ("rel-gridstat-goose-gateway-bay1", "goose-gateway")):
         d = deployments[name]
         assert d["spec"]["replicas"] == 1 and d["spec"]["strategy"]["type"] == "Recreate"
         labels = d["spec"]["template"]["metadata"]["labels"]
@@ -123,15 +122,11 @@ def test_each_gateway_is_a_recreated_publisher_pod(tools: dict[str, str]) -> Non
         assert c["resources"]["limits"] == {"memory": "512Mi"}
         assert c["securityContext"]["readOnlyRootFilesystem"] is True
         assert c["securityContext"]["allowPrivilegeEscalation"] is False
-        if metrics:  # /metrics and /healthz: a port, the probes, the gateways' PodMonitor labels
-            assert labels["gridstat.io/scrape-job"] == "gridstat-gateway" and labels["gridstat.io/cloud"] == "A"
-            assert c["ports"] == [{"name": "metrics", "containerPort": 9110, "protocol": "TCP"}]
-            for probe in ("livenessProbe", "readinessProbe"):
-                assert c[probe]["httpGet"] == {"path": "/healthz", "port": "metrics"}
-        else:  # the DNP3 gateway serves no /metrics: no port, no probe, not scraped
-            assert "gridstat.io/scrape-job" not in labels
-            assert not {"ports", "livenessProbe", "readinessProbe"} & set(c)
-            assert not [a for a in args_of(d) if a.startswith(("--metrics", "--kafka"))]
+        # /metrics and /healthz: a port, the probes, the gateways' PodMonitor labels
+        assert labels["gridstat.io/scrape-job"] == "gridstat-gateway" and labels["gridstat.io/cloud"] == "A"
+        assert c["ports"] == [{"name": "metrics", "containerPort": 9110, "protocol": "TCP"}]
+        for probe in ("livenessProbe", "readinessProbe"):
+            assert c[probe]["httpGet"] == {"path": "/healthz", "port": "metrics"}
     assert "rel-gridstat-scada" in by_kind(docs, "ServiceAccount")
     assert by_kind(docs, "ServiceAccount")["rel-gridstat-scada"]["automountServiceAccountToken"] is False
     assert not [n for n in by_kind(docs, "Service") if any(k in n for k in KINDS)]  # nothing connects to one
@@ -249,9 +244,11 @@ def test_network_policies_let_a_gateway_reach_its_outstation_routers_and_dns_onl
         {"ports": [{"port": 20000, "protocol": "TCP"}]}, *ROUTERS]
     assert policy(docs, "rel-gridstat-dnp3-gateway-recloser2")["egress"][0] == {
         "ports": [{"port": 20000, "protocol": "TCP"}], "to": [{"ipBlock": {"cidr": "10.20.30.43/32"}}]}
-    # the IEC 104 gateways' /metrics from monitoring; GOOSE (hostNetwork) gets no policy at all
+    # the IEC 104 and DNP3 gateways' /metrics from monitoring; GOOSE (hostNetwork) gets no policy at all
     metrics = policy(docs, "rel-gridstat-gateway-metrics")
-    assert metrics["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "iec104-gateway"
+    assert metrics["podSelector"]["matchExpressions"] == [
+        {"key": "app.kubernetes.io/instance", "operator": "In", "values": ["rel"]},
+        {"key": "app.kubernetes.io/component", "operator": "In", "values": ["iec104-gateway", "dnp3-gateway"]}]
     assert metrics["ingress"] == [{"from": [{"namespaceSelector": {}}],
                                    "ports": [{"port": "metrics", "protocol": "TCP"}]}]
     assert not [n for n in by_kind(docs, "NetworkPolicy") if "goose" in n]
@@ -265,7 +262,7 @@ def test_network_policies_let_a_gateway_reach_its_outstation_routers_and_dns_onl
     assert not by_kind(render(tools, SCADA, extra=("--set", "networkPolicy.enabled=false")), "NetworkPolicy")
 
 
-def test_the_gateways_podmonitor_scrapes_iec104_and_goose(tools: dict[str, str]) -> None:  # noqa: F811
+def test_the_gateways_podmonitor_scrapes_every_gateway(tools: dict[str, str]) -> None:  # noqa: F811
     docs = render(tools, SCADA, extra=ON + MONITORING)
     monitors = by_kind(docs, "PodMonitor")
     assert set(monitors) == {"rel-gridstat-gateways"}  # no subscriber pod in this release

@@ -323,6 +323,7 @@ authorization reads (docs/security.md, "Control by role"). input: the role.
 {{- range .Values.c37118.pdcServers }}{{ $roles = append $roles (printf "pdc-%s" .name) }}{{ end -}}
 {{- range .Values.sttp.servers }}{{ $roles = append $roles (printf "sttp-server-%s" .name) }}{{ end -}}
 {{- range .Values.sttp.gateways }}{{ $roles = append $roles (printf "sttp-gateway-%s" .name) }}{{ end -}}
+{{- range $kind := list "iec104" "dnp3" "goose" }}{{ range index $.Values.scada $kind }}{{ $roles = append $roles (printf "%s-gateway-%s" $kind .name) }}{{ end }}{{ end -}}
 {{- toJson $roles -}}
 {{- end -}}
 
@@ -408,10 +409,66 @@ covered. input: (dict "root" $ "role" "broker-a"). output: JSON list.
 {{- $gwName := trimPrefix "sttp-gateway-" .role -}}
 {{- range $root.Values.sttp.gateways }}{{ if eq .name $gwName }}{{ $names = concat $names (compact (list (.publisher | default ""))) (.devices | default list) }}{{ end }}{{ end -}}
 {{- end -}}
+{{- range $kind := list "iec104" "dnp3" "goose" -}}
+{{- if hasPrefix (printf "%s-gateway-" $kind) $.role -}}
+{{- /* A SCADA gateway publishes as the publishers its map and device give it (gridstat.scadaPublishers;
+       docs/iec104.md, docs/dnp3.md, docs/goose.md, "In Kubernetes"). */ -}}
+{{- $gwName := trimPrefix (printf "%s-gateway-" $kind) $.role -}}
+{{- range index $root.Values.scada $kind }}{{ if eq .name $gwName }}{{ $names = concat $names (include "gridstat.scadaPublishers" (dict "kind" $kind "item" .) | fromJsonArray) }}{{ end }}{{ end -}}
+{{- end -}}
+{{- end -}}
 {{- range $services -}}
 {{- $names = concat $names (list (printf "%s%s" $prefix .) (printf "%s%s.%s" $prefix . $ns) (printf "%s%s.%s.svc" $prefix . $ns) (printf "%s%s.%s.svc.%s" $prefix . $ns $domain)) -}}
 {{- end -}}
 {{- toJson (append $names "localhost") -}}
+{{- end -}}
+
+{{/*
+The publisher names a SCADA gateway publishes as, which its certificate carries as DNS SANs (under mTLS
+the broker binds a publisher name to the certificate, docs/security.md "Client identity"): the item's
+`publishers`, and what its map file and device address give --
+  iec104: `stations` values; each point's `publisher` (or the part of `name` before '/'), else its
+          station's name, else ca<CA>; each of `commonAddresses` as its station's name, else ca<CA>
+          (docs/iec104.md, section 4);
+  dnp3:   the map's `publisher`, else dnp<address>; each point's `name` before '/' (docs/dnp3.md, section 3);
+  goose:  each subscribe block member's `variable` before '/' (docs/goose.md, "The map file").
+input: (dict "kind" "iec104" "item" $gw). output: JSON list, sorted, without duplicates.
+*/}}
+{{- define "gridstat.scadaPublishers" -}}
+{{- $gw := .item -}}
+{{- $m := $gw.map | default dict -}}
+{{- $names := $gw.publishers | default list -}}
+{{- if eq .kind "iec104" -}}
+{{- $stations := $m.stations | default dict -}}
+{{- range $ca, $p := $stations }}{{ $names = append $names (toString $p) }}{{ end -}}
+{{- range $pt := $m.points | default list -}}
+{{- $ca := include "gridstat.argString" $pt.ca -}}
+{{- if $pt.publisher }}{{ $names = append $names (toString $pt.publisher) -}}
+{{- else if and $pt.name (contains "/" (toString $pt.name)) }}{{ $names = append $names (first (splitList "/" (toString $pt.name))) -}}
+{{- else }}{{ $names = append $names (index $stations $ca | default (printf "ca%s" $ca) | toString) }}{{ end -}}
+{{- end -}}
+{{- if not $gw.onlyMapped -}}
+{{- range $ca := $gw.commonAddresses | default list }}{{ $names = append $names (index $stations (include "gridstat.argString" $ca) | default (printf "ca%s" (include "gridstat.argString" $ca)) | toString) }}{{ end -}}
+{{- end -}}
+{{- else if eq .kind "dnp3" -}}
+{{- if ne (toString ($m.others | default "publish")) "skip" -}}
+{{- $names = append $names (toString ($m.publisher | default (printf "dnp%s" (include "gridstat.argString" $gw.address)))) -}}
+{{- end -}}
+{{- range $pt := $m.points | default list -}}
+{{- if and $pt.name (contains "/" (toString $pt.name)) }}{{ $names = append $names (first (splitList "/" (toString $pt.name))) -}}
+{{- else }}{{ $names = append $names (toString ($m.publisher | default (printf "dnp%s" (include "gridstat.argString" $gw.address)))) }}{{ end -}}
+{{- end -}}
+{{- else if eq .kind "goose" -}}
+{{- range $b := $m.subscribe | default list }}{{ range $b.members | default list -}}
+{{- if contains "/" (toString .variable) }}{{ $names = append $names (first (splitList "/" (toString .variable))) }}{{ end -}}
+{{- end }}{{ end -}}
+{{- end -}}
+{{- toJson ($names | uniq | sortAlpha) -}}
+{{- end -}}
+
+{{/* Whether the release runs SCADA gateways, which serve /metrics ("true" or ""). input: the root context. */}}
+{{- define "gridstat.hasGatewayMetricsPods" -}}
+{{- if or .Values.scada.iec104 .Values.scada.dnp3 .Values.scada.goose }}true{{ end -}}
 {{- end -}}
 
 {{/* A role's TLS volume. input: (dict "root" $ "role" "broker-a" "name" "tls"). */}}
@@ -534,6 +591,7 @@ key and the fix. Called from NOTES.txt and from the operator's Deployment, so it
 {{- $messages = append $messages (include "gridstat.validateValues.condensationHost" .) -}}
 {{- $messages = append $messages (include "gridstat.validateValues.c37118" .) -}}
 {{- $messages = append $messages (include "gridstat.validateValues.sttp" .) -}}
+{{- $messages = append $messages (include "gridstat.validateValues.scada" .) -}}
 {{- $messages = append $messages (include "gridstat.validateValues.telemetry" .) -}}
 {{- $messages = without $messages "" -}}
 {{- if $messages -}}
@@ -706,6 +764,66 @@ that certificate (docs/security.md, "Client identity").
 {{- if and (include "gridstat.tlsGenerated" (dict "root" $root "role" (printf "sttp-gateway-%s" $item.name))) (not $item.publisher) (not $item.devices) }}
 {{ $path }}: under tls.enabled the broker takes a publisher name only from a certificate that names it (docs/security.md, "Client identity"): give publisher (every variable under that name) or devices (the device acronyms of the source, GridStat publisher names), which the gateway's certificate then carries.
 {{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The SCADA gateways (docs/iec104.md, docs/dnp3.md, docs/goose.md, "In Kubernetes"): each item's edge
+router is an edge (or edge-border) router of its cloud; the device is given (outstation, with a link
+address for DNP3; an interface and a map with subscribe or publish blocks for GOOSE); names are unique
+per list and make object names Kubernetes takes whole; a gateway with a generated certificate
+publishes as at least one name its certificate can carry (gridstat.scadaPublishers).
+*/}}
+{{- define "gridstat.validateValues.scada" -}}
+{{- $root := . -}}
+{{- $full := include "gridstat.fullname" . -}}
+{{- range $kind := list "iec104" "dnp3" "goose" -}}
+{{- $role := printf "%s-gateway" $kind -}}
+{{- $seen := dict -}}
+{{- range $i, $item := index $root.Values.scada $kind -}}
+{{- $path := printf "scada.%s[%d]" $kind $i -}}
+{{- if hasKey $seen (toString $item.name) }}
+{{ $path }}.name: {{ $item.name | quote }} appears twice in scada.{{ $kind }}; give each its own name (it names its Deployment and certificate).
+{{- end -}}
+{{- $_ := set $seen (toString $item.name) true -}}
+{{- $names := list (printf "%s-%s-%s" $full $role $item.name) -}}
+{{- if $root.Values.tls.enabled }}{{ $names = append $names (printf "%s-tls-%s-%s" $full $role $item.name) }}{{ end -}}
+{{- range $names -}}
+{{- if gt (len .) 63 }}
+{{ $path }}.name: {{ $item.name | quote }} makes the object name {{ . | quote }} {{ len . }} characters long, over the 63 of a Secret name or label value the chart gives it; shorten the name or the release name (or set fullnameOverride).
+{{- end -}}
+{{- end -}}
+{{- $cloud := default (index $root.Values.clouds 0).name $item.cloud -}}
+{{- $found := false -}}
+{{- $edge := false -}}
+{{- range $root.Values.clouds }}{{ if eq .name $cloud }}{{ $found = true }}{{ range .routers }}{{ if and (eq .name $item.edgeRouter) (has .role (list "edge" "edge-border")) }}{{ $edge = true }}{{ end }}{{ end }}{{ end }}{{ end -}}
+{{- if not $found }}
+{{ $path }}.cloud: cloud {{ $cloud | quote }} is not in clouds.
+{{- else if not $edge }}
+{{ $path }}.edgeRouter: {{ $item.edgeRouter | quote }} is not an edge router of cloud {{ $cloud | quote }}.
+{{- end -}}
+{{- if eq $kind "goose" -}}
+{{- if not $item.interface }}
+{{ $path }}.interface: give the node's network interface on the station bus (`--interface`, e.g. eth1).
+{{- end -}}
+{{- if not (and $item.map (or $item.map.subscribe $item.map.publish)) }}
+{{ $path }}.map: give the map file's subscribe and/or publish blocks (docs/goose.md, "The map file"): the gateway reads or sends nothing otherwise.
+{{- end -}}
+{{- if eq (int ($item.metricsPort | default $root.Values.scada.metricsPort)) (int $root.Values.router.eventPort) }}
+{{ $path }}.metricsPort: {{ $item.metricsPort | default $root.Values.scada.metricsPort }} is router.eventPort; on the node's network (hostNetwork) give /metrics another port.
+{{- end -}}
+{{- else -}}
+{{- if not $item.outstation }}
+{{ $path }}.outstation: give the outstation's address, HOST:PORT.
+{{- end -}}
+{{- if and (eq $kind "dnp3") (not (hasKey $item "address")) }}
+{{ $path }}.address: give the outstation's DNP3 link address (`--address`, 0..65519).
+{{- end -}}
+{{- end -}}
+{{- if and (include "gridstat.tlsGenerated" (dict "root" $root "role" (printf "%s-%s" $role $item.name))) (not (include "gridstat.scadaPublishers" (dict "kind" $kind "item" $item) | fromJsonArray)) }}
+{{ $path }}: under tls.enabled the broker takes a publisher name only from a certificate that names it (docs/security.md, "Client identity"), and nothing here says which names this gateway publishes as: give {{ if eq $kind "iec104" }}commonAddresses or map stations/points{{ else }}map subscribe members as PUBLISHER/VARIABLE{{ end }}, or publishers, which its certificate then carries.
 {{- end -}}
 {{- end -}}
 {{- end -}}

@@ -405,6 +405,10 @@ class RoutingTable:
             pub, frames_per_s = self.flooding.pub_interval(variable_id, mode)[0], 0
         targets: list[Target] = []
         elements: list[tuple[int, ...]] = []
+        # An alert variable's events are aperiodic: the interval grid of the rate filter (4.1) would
+        # drop every alert off it, so every alert passes (its rate is the publisher's min_interval_ms at
+        # most; docs/management-plane.md, "Alerts").
+        alert = vr is not None and vr.alert
         for key in sorted(by_channel):
             channel, part = key
             rs = by_channel[key]
@@ -421,7 +425,7 @@ class RoutingTable:
                     target = valued(sum(r.price for r in rs), any(not r.best_effort for r in rs), len(rs))
             targets.append(target)
             elements.append(filtering.smallest_non_multiples(
-                filtering.scaled_interval(r.sub_interval_ms, pub, frames_per_s) for r in rs))
+                filtering.scaled_interval(pub if alert else r.sub_interval_ms, pub, frames_per_s) for r in rs))
         close = tuple(zip(targets, elements, strict=True))
         masks: dict[int, int] = {}
         for i, elems in enumerate(elements):

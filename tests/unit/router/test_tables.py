@@ -121,6 +121,20 @@ def test_alert_variables_use_the_alert_queue() -> None:
     assert target.priority == 0  # type: ignore[attr-defined]
 
 
+@pytest.mark.parametrize("variant", list(Variant))
+def test_every_alert_passes_whatever_the_subscription_interval(variant: Variant) -> None:
+    """Alerts are aperiodic: off the interval grid, a rate filter would drop them (docs/management-plane.md,
+    "Alerts"); a periodic variable with the same routes is filtered as 4.1 says."""
+    table = make(variant, "a", "b")
+    table.install(Route("r1", 1, 0, "a", 10, 0), pub_interval_ms=1, alert=True)
+    table.install(Route("r2", 1, 0, "b", 1000, 0), pub_interval_ms=1, alert=True)
+    table.install(Route("p1", 2, 0, "a", 10, 1), pub_interval_ms=1)
+    select = select_close if variant is Variant.CLOSE else select_sparse
+    stamps = range(1_700_000_000_000, 1_700_000_000_100)
+    assert all(len(select(table.active[1], ts)) == 2 for ts in stamps)
+    assert sum(len(select(table.active[2], ts)) for ts in stamps) == 10  # one in ten at 10 ms
+
+
 def test_channel_priority_is_the_highest_of_its_routes() -> None:
     table = make(Variant.CLOSE, "a")
     table.install(Route("r1", 1, 0, "a", 20, 5), pub_interval_ms=10)

@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import time
 from typing import Any
 
 from gridstat.cli.common import EXIT_CODES_HELP, EXIT_OK
+from gridstat.cli.subscribe import POD_IP_ENV
 from gridstat.cli.traffic import Runner, add_edge_client_arguments, check_edge, check_positive, tls_files
 from gridstat.core import clock, serving
 from gridstat.core.model import PRIORITY_LOW, check_name
@@ -103,10 +105,11 @@ async def _run(args: argparse.Namespace, goose_map: GooseMap, tls: TlsFiles | No
                                                        edge_timeout_s=args.timeout), goose_map, tls=tls, stats=shared)
             gateway.open()
         if goose_map.publish:
-            publisher = GoosePublisherGateway(GoosePublisherOptions(args.interface, args.edge, name=args.name,
-                                                                    latency_ms=args.latency_ms,
-                                                                    edge_timeout_s=args.timeout), goose_map, tls=tls,
-                                              stats=shared)
+            # In a pod its subscriber socket is on the pod's address (POD_IP), as sttp-server's is.
+            publisher = GoosePublisherGateway(GoosePublisherOptions(
+                args.interface, args.edge, name=args.name, latency_ms=args.latency_ms, edge_timeout_s=args.timeout,
+                subscriber_host=os.environ.get(POD_IP_ENV, "").strip() or "127.0.0.1"), goose_map, tls=tls,
+                stats=shared)
             publisher.open()
     except OSError as exc:
         raise ValidationError(f"--interface {args.interface}: cannot open a raw socket ({exc}); it needs root or "

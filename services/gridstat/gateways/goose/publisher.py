@@ -34,6 +34,9 @@ class GoosePublisherOptions:
     name: str = "goose-publisher"
     latency_ms: int = 50
     edge_timeout_s: float = 10.0
+    #: The address of its subscriber's socket, registered with its edge router: in a pod, the pod's
+    #: (``POD_IP``), so a router in another pod can send it the alerts (docs/goose.md, "In Kubernetes").
+    subscriber_host: str = "127.0.0.1"
 
 
 class GoosePublisherGateway:
@@ -95,7 +98,8 @@ class GoosePublisherGateway:
         while todo and not stop.is_set():
             try:
                 if self.subscriber is None:
-                    self.subscriber = await Subscriber.connect(o.name, o.edge, tls=self.tls, first_time=True)
+                    self.subscriber = await Subscriber.connect(o.name, o.edge, tls=self.tls, first_time=True,
+                                                               host=o.subscriber_host)
                 full_name = todo[0]
                 sub = await self.subscriber.subscribe_remote(full_name, self._members[full_name][0][2].type,
                                                              interval_ms=1, latency_ms=o.latency_ms,

@@ -175,6 +175,11 @@ class OptionKind(enum.IntEnum):
     #: ``window`` the C37.118 STAT word, ``bits`` the raw FRACSEC field (time quality byte and count),
     #: ``value`` the device's TIME_BASE.
     DEVICE_TIME = 6
+    #: Not a derived value: an IEC 60870-5-104 point's quality, cause of transmission and time tag
+    #: (docs/iec104.md, "Time and quality"; 104 is also the APDU's start byte 0x68).
+    IEC104 = 104
+    #: Not a derived value: a DNP3 point's flags and device time (docs/dnp3.md; 0x1815 after IEEE 1815).
+    DNP3 = 0x1815
 
 
 #: Instants before a skip run that a SKIPPED option describes (its u32 ``bits``).

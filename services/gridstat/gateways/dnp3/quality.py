@@ -17,7 +17,7 @@ from gridstat.core import wire
 from gridstat.gateways.dnp3.objects import TimeSource
 
 #: The option's kind: 0x1815, after IEEE 1815 (DNP3).
-DNP3_QUALITY = 0x1815
+DNP3_QUALITY = int(wire.OptionKind.DNP3)
 
 _NO_TIME: dict[int, wire.DerivedValue] = {}
 

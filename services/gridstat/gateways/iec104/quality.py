@@ -23,7 +23,7 @@ from gridstat.gateways.iec104 import cp56
 from gridstat.gateways.iec104.asdu import PointValue, quality_text
 
 #: The option kind (docs/iec104.md): 104, also the APDU start byte 0x68.
-IEC104 = 104
+IEC104 = int(wire.OptionKind.IEC104)
 DEVICE_TIME = 0x01
 TIME_INVALID = 0x02
 SUMMER_TIME = 0x04

@@ -35,4 +35,5 @@ echo "== the gridstat image (scripts/build-image.sh; the engine is scripts/docke
 if [ -n "${CI:-}" ]; then trap 'scripts/docker.sh stop >/dev/null 2>&1 || true' EXIT; fi
 scripts/build-image.sh >/dev/null
 echo "== pytest"
-python -m pytest -q -p no:cacheprovider "$@"
+# --durations: the slowest tests at the end of the output, to keep the run within its time budget.
+python -m pytest -q -p no:cacheprovider --durations=30 "$@"

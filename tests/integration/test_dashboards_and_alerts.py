@@ -22,10 +22,12 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from gridstat.client import Publisher, Subscriber, SubscriptionRejected
+from gridstat.core import children
 from gridstat.core.model import FLOAT
 from gridstat.telemetry import RoleTelemetry, roles
 from gridstat.v1 import broker_pb2 as bpb
 
+from .alertsproc import alert_record, produce, start_exporter
 from .brokerprocs import add_link, add_router, start_broker
 from .fixtures import free_port
 from .kafkaprocs import ROOT, KafkaProc
@@ -144,6 +146,23 @@ async def test_every_queried_metric_is_exported_by_the_roles(kafka: KafkaProc, t
             r.stop()
         broker.stop()
         parent.stop()
+
+    # The streaming QoS alerts' exporter, with alert records of spark/qos_alerts.py's format in Kafka
+    # (docs/telemetry.md, "The QoS alerts on a dashboard").
+    await asyncio.to_thread(produce, kafka.bootstrap, [
+        alert_record("ops", "pmu1/freq", "latency", 150.0, 100.0, seq=1),
+        alert_record("ops", "pmu1/freq", "gaps", 2.0, 0.0, seq=1)])
+    alerts, alerts_port = await asyncio.to_thread(start_exporter, kafka.bootstrap)
+    try:
+        deadline = time.monotonic() + 30
+        # its families are there from the start; their labelled samples once the records are read
+        while "subscriber" not in (got := await asyncio.to_thread(scrape, alerts_port)).get(
+                "gridstat_qos_alert_ratio", set()) and time.monotonic() < deadline:
+            await asyncio.sleep(0.3)
+        for name, labels in got.items():
+            exported.setdefault(name, set()).update(labels)
+    finally:
+        children.stop(alerts)
 
     missing: list[str] = []
     checked = 0

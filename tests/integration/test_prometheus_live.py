@@ -33,6 +33,7 @@ import yaml
 
 from gridstat.core import children
 
+from .alertsproc import alert_record, produce, start_exporter
 from .kafkaprocs import ROOT, start_kafka
 from .promserver import (
     PromServer,
@@ -243,13 +244,19 @@ def test_dashboards_and_alerts_against_a_live_prometheus(tmp_path: Path) -> None
              "--exit-with-parent"], what="admission controller", timeout_s=30)
         started.append(admission)
 
+        # The streaming QoS alerts' exporter (docs/telemetry.md, "The QoS alerts on a dashboard") on this
+        # Kafka; alert records of spark/qos_alerts.py's format are written below (Spark does not run here).
+        alerts_exporter, alerts_port = start_exporter(kafka.bootstrap)
+        started.append(alerts_exporter)
+
         targets = [Target("gridstat-broker" if kinds.get(n) == "broker" else "gridstat-router", n, p, clouds[n])
                    for n, p in ports.items() if n in kinds]
         # Subscribers and publishers of the embedded utility (of both clouds) live in the gridstat up
         # process; the chart's PodMonitor scrapes subscriber pods and the condensation host as one job.
         targets += [Target("gridstat-subscriber", "gridstat-up", ports["gridstat-up"]),
                     Target("gridstat-subscriber", "condense", int(host_ready["metrics_port"]), "A"),
-                    Target("gridstat-admission", "admission", int(admission_ready["metrics_port"]))]
+                    Target("gridstat-admission", "admission", int(admission_ready["metrics_port"])),
+                    Target("gridstat-alerts-exporter", "alerts-exporter", alerts_port)]
         spec_file = tmp_path / "gridstat-rules.spec.yaml"
         spec_file.write_text(yaml.safe_dump(yaml.safe_load(RULES.read_text())["spec"]))
         prom = PromServer(tmp_path / "prometheus", targets, [spec_file]).start()
@@ -260,8 +267,21 @@ def test_dashboards_and_alerts_against_a_live_prometheus(tmp_path: Path) -> None
         assert {r["name"] for r in rules} == set(rule_alerts()), [r["name"] for r in rules]
         bad = [(r["name"], r["health"], r.get("lastError")) for r in rules if r["health"] not in ("ok", "unknown")]
         assert not bad, f"rules Prometheus cannot evaluate: {bad}"
+        # Alerts of real subscriptions (the dashboards' $subscriber and $variable list those): a first batch
+        # makes the series, a second one after a few scrapes makes increase() over 15 min positive.
+        subs = sorted({(s["metric"]["subscriber"], s["metric"]["variable"])
+                       for s in prom.query("gridstat_subscription_interval_seconds")})[:2]
+        assert subs, "no subscription to write alerts of"
+
+        def alerts(seq: int) -> list[dict[str, Any]]:
+            return [r for i, (sub, var) in enumerate(subs) for r in (
+                alert_record(sub, var, "latency", 120.0 + 10 * seq, 100.0, seq=10 * seq + i),
+                alert_record(sub, var, "interval", 30.0, 20.0 + seq, seq=10 * seq + i),
+                alert_record(sub, var, "gaps", 2.0, 0.0, seq=10 * seq + i))]
+        produce(kafka.bootstrap, alerts(1))
         # Traffic for a while: rates over the dashboards' windows need a few samples.
         time.sleep(12)
+        produce(kafka.bootstrap, alerts(2))
         wait_until(lambda: all(r["health"] == "ok" for r in prom.rules()), 10,
                    "every rule evaluated")
 

@@ -36,6 +36,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "archive": ("gridstat.cli.archive", "archive status variables to Kafka (the historian path for analysts)"),
     "history-server": ("gridstat.history.main", "run the history service: time-range queries of the Kafka archive "
                                                 "(docs/history.md)"),
+    "alerts-exporter": ("gridstat.cli.alerts_exporter", "the streaming job's QoS alerts (gridstat.alerts.qos) on "
+                                                        "Prometheus /metrics, for the dashboards"),
     "history": ("gridstat.cli.history", "archived values of a variable over a time range, from a history server"),
     "analyze": ("gridstat.cli.analyze", "capacity model of a broker tree: routing tables, message rates, break-even"),
     "chaos": ("gridstat.cli.chaos", "the chaos suite: 'gridstat chaos list|run SCENARIO' (real processes)"),

@@ -315,3 +315,59 @@ def test_the_spark_jobs_need_kafka_and_an_image(tools: dict[str, str]) -> None: 
     assert "spark.compliance.enabled: needs telemetry.kafka.bootstrap" in err
     assert "spark.alerts.enabled: needs telemetry.kafka.bootstrap" in err
     assert "spark.image: the Spark jobs need an image" in err
+
+
+# -- the QoS alerts exporter ------------------------------------------------------------------------------
+def test_the_alerts_exporter_runs_with_the_spark_alerts_job_and_is_scraped(tools: dict[str, str]) -> None:  # noqa: F811
+    name = "rel-gridstat-alerts-exporter"
+    assert name not in by_kind(render(tools, extra=KAFKA), "Deployment")  # off by default
+    spark = (*KAFKA, *SPARK_IMAGE, "--set", "spark.alerts.enabled=true")
+    docs = render(tools, extra=(*spark, *MONITORING, *ON, "--set", "alertsExporter.forgetAfterS=600",
+                                "--set", "alertsExporter.extraArgs={--log-level,INFO}"))
+    exporter = by_kind(docs, "Deployment")[name]
+    assert args_of(exporter) == ["gridstat", "alerts-exporter", "--kafka=kafka-0.data:9092,kafka-1.data:9092",
+                                 "--topic=gridstat.alerts.qos", "--group=gridstat-alerts-exporter",
+                                 "--metrics-host=0.0.0.0", "--metrics-port=9110", "--forget-after-s=600",
+                                 "--max-series=10000", "--log-level", "INFO"]
+    assert exporter["spec"]["replicas"] == 1
+    pod = pod_of(exporter)
+    (c,) = pod["containers"]
+    assert c["ports"] == [{"name": "metrics", "containerPort": 9110, "protocol": "TCP"}]
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    assert pod["serviceAccountName"] == name and name in by_kind(docs, "ServiceAccount")
+    service = by_kind(docs, "Service")[name]
+    assert service["metadata"]["labels"]["gridstat.io/scrape-job"] == "gridstat-alerts-exporter"
+    assert service["spec"]["ports"] == [{"name": "metrics", "port": 9110, "targetPort": "metrics", "protocol": "TCP"}]
+    monitor = by_kind(docs, "ServiceMonitor")[name]
+    assert monitor["spec"]["selector"]["matchLabels"]["gridstat.io/scrape-job"] == "gridstat-alerts-exporter"
+    assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
+    # its own switch: off beside the job, or on without it (an alerts job run elsewhere)
+    off = render(tools, extra=(*spark, "--set", "alertsExporter.enabled=false"))
+    assert name not in by_kind(off, "Deployment") and "rel-gridstat-spark-alerts" in by_kind(off, "Deployment")
+    alone = render(tools, extra=(*KAFKA, "--set", "alertsExporter.enabled=true"))
+    assert name in by_kind(alone, "Deployment") and "rel-gridstat-spark-alerts" not in by_kind(alone, "Deployment")
+    assert "alertsExporter.enabled: needs telemetry.kafka.bootstrap" in failure(
+        tools, "--set", "alertsExporter.enabled=true")
+
+
+def test_the_alerts_exporter_gets_kafka_tls_and_sasl_and_a_metrics_policy(tools: dict[str, str]) -> None:  # noqa: F811
+    name = "rel-gridstat-alerts-exporter"
+    docs = render(tools, extra=(*KAFKA, *KAFKA_SECURE, "--set", "alertsExporter.enabled=true",
+                                "--set", "networkPolicy.enabled=true"))
+    exporter = by_kind(docs, "Deployment")[name]
+    args = args_of(exporter)
+    for flag in ("--kafka-tls-ca=/etc/gridstat/kafka-tls/ca.crt", "--kafka-tls-cert=/etc/gridstat/kafka-tls/tls.crt",
+                 "--kafka-tls-key=/etc/gridstat/kafka-tls/tls.key", "--kafka-sasl-mechanism=SCRAM-SHA-256"):
+        assert flag in args, (flag, args)
+    assert not [a for a in args if "password" in a or "username" in a]
+    pod = pod_of(exporter)
+    (c,) = pod["containers"]
+    assert {"name": "kafka-tls", "mountPath": "/etc/gridstat/kafka-tls", "readOnly": True} in c["volumeMounts"]
+    env = {e["name"]: e for e in c["env"]}
+    assert env["GRIDSTAT_KAFKA_SASL_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "kafka-user", "key": "password"}
+    policy = by_kind(docs, "NetworkPolicy")[name]
+    assert policy["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "alerts-exporter"
+    assert [p["port"] for rule in policy["spec"]["ingress"] for p in rule["ports"]] == ["metrics"]
+    chart = Path(__file__).parents[3] / "charts" / "gridstat"
+    helm(tools, "lint", "--strict", str(chart), *KAFKA, *KAFKA_SECURE, "--set", "alertsExporter.enabled=true")

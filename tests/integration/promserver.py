@@ -92,6 +92,8 @@ class PromServer:
     directory: Path
     targets: list[Target]
     rule_files: list[Path] = field(default_factory=list)
+    #: More scrape configs, as they are (service discovery: tests/integration/cluster/monitors.py).
+    scrape_configs: list[dict[str, Any]] = field(default_factory=list)
     port: int = 0
     proc: subprocess.Popen[str] | None = None
 
@@ -105,7 +107,7 @@ class PromServer:
             "scrape_configs": [
                 {"job_name": job, "static_configs": [{"targets": [f"127.0.0.1:{t.port}"], "labels": t.labels()}
                                                      for t in ts]}
-                for job, ts in sorted(jobs.items())],
+                for job, ts in sorted(jobs.items())] + list(self.scrape_configs),
         }
 
     def start(self, timeout_s: float = 30.0) -> PromServer:

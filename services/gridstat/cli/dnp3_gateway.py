@@ -21,23 +21,13 @@ SIGINT (or ``--duration-s``) stop it with a final line; exit 0.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import time
 from typing import Any
 
-from gridstat.cli.common import EXIT_CODES_HELP, EXIT_OK
-from gridstat.cli.traffic import (
-    Runner,
-    add_edge_client_arguments,
-    check_edge,
-    check_positive,
-    is_loopback_host,
-    tls_files,
-)
-from gridstat.core import clock, serving
-from gridstat.core.model import PRIORITY_LOW, check_name
+from gridstat.cli import gateways
+from gridstat.cli.common import EXIT_CODES_HELP
+from gridstat.cli.traffic import Runner, add_edge_client_arguments, check_edge, tls_files
+from gridstat.core import serving
 from gridstat.core.tls import TlsFiles
-from gridstat.errors import ValidationError
 from gridstat.gateways.dnp3 import Dnp3Gateway, GatewayOptions, PointMap, SessionSettings, load_point_map
 from gridstat.gateways.dnp3.mapping import MAX_INTERVAL_MS
 from gridstat.telemetry import roles as telemetry
@@ -64,11 +54,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the alerts' minimum interval when the map does not say (default 100)")
     p.add_argument("--priority", type=int, default=1, metavar="P",
                    help="periodic variables' priority, 1 .. 6 (alerts are 0; default 1)")
-    p.add_argument("--name", default="dnp3-gateway", metavar="NAME", help="this gateway's name in its stats lines")
-    p.add_argument("--stats-every-s", type=float, default=1.0, metavar="S",
-                   help="print a stats line every S seconds (0: only the final line; default 1)")
-    p.add_argument("--duration-s", type=float, default=None, metavar="S",
-                   help="stop after S seconds (default: run until SIGTERM or SIGINT)")
+    gateways.add_name_arguments(p, "dnp3-gateway")
     m = p.add_argument_group("the master")
     m.add_argument("--integrity-poll-s", type=float, default=300.0, metavar="S",
                    help="integrity poll (class 0, 1, 2, 3) every S seconds (0: at startup and when asked; default 300)")
@@ -81,12 +67,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="REQUEST LINK STATUS after S seconds without a frame (0: never; default 60)")
     t = p.add_argument_group("timeouts and reconnecting")
     t.add_argument("--connect-timeout-s", type=float, default=5.0, metavar="S", help="TCP connect timeout (default 5)")
-    t.add_argument("--retry-initial-s", type=float, default=0.5, metavar="S", help="first back-off (default 0.5)")
-    t.add_argument("--retry-max-s", type=float, default=30.0, metavar="S", help="longest back-off (default 30)")
-    t.add_argument("--healthy-after-s", type=float, default=30.0, metavar="S",
-                   help="a connection up this long resets the back-off (default 30)")
-    t.add_argument("--timeout", type=float, default=10.0, metavar="S",
-                   help="deadline of each call to the edge router (default 10)")
+    gateways.add_reconnect_arguments(t)
     add_edge_client_arguments(p, log_level_help="log level on stderr (default WARNING)")
     # --metrics-host/--metrics-port: gridstat_dnp3_* on /metrics (telemetry/dnp3.py), as iec104-gateway
     telemetry.add_arguments(p)
@@ -94,35 +75,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def parse_outstation(value: str, *, allow_remote: bool) -> tuple[str, int]:
     """``HOST[:PORT]``; a host other than the loopback only with ``--allow-remote``."""
-    text = value.strip()
-    host, sep, port = text.rpartition(":")
-    if not sep:
-        host, port = text, str(DEFAULT_PORT)
-    host = host.strip("[]")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValidationError(f"--outstation {value!r} is not HOST:PORT", field="outstation")
-    if not allow_remote and not is_loopback_host(host):
-        raise ValidationError(f"--outstation {value!r} is not on this host: add --allow-remote to talk to an "
-                              f"outstation on the network", field="outstation")
-    return host, int(port)
+    return gateways.parse_device_address(value, allow_remote=allow_remote, default_port=DEFAULT_PORT,
+                                         flag="--outstation", remote_flag="--allow-remote", peer="an outstation")
 
 
 def options_of(args: argparse.Namespace) -> GatewayOptions:
     host, port = parse_outstation(args.outstation, allow_remote=args.allow_remote)
-    if not 1 <= args.priority <= PRIORITY_LOW:
-        raise ValidationError(f"--priority must be 1..{PRIORITY_LOW}, not {args.priority}", field="priority")
-    check_name(args.name, what="name")
-    for flag in ("connect_timeout_s", "retry_initial_s", "retry_max_s", "timeout", "response_timeout_s"):
-        check_positive(getattr(args, flag), f"--{flag.replace('_', '-')}")
-    for flag in ("healthy_after_s", "stats_every_s", "integrity_poll_s", "event_poll_s", "keepalive_s"):
-        check_positive(getattr(args, flag), f"--{flag.replace('_', '-')}", allow_zero=True)
-    check_positive(args.duration_s, "--duration-s")
-    if args.retry_initial_s > args.retry_max_s:
-        raise ValidationError("--retry-initial-s is above --retry-max-s", field="retry_initial_s")
-    for flag in ("interval_ms", "min_interval_ms"):
-        value = getattr(args, flag)
-        if value is not None and not 1 <= value <= MAX_INTERVAL_MS:
-            raise ValidationError(f"--{flag.replace('_', '-')} must be 1..{MAX_INTERVAL_MS}, not {value}", field=flag)
+    gateways.check_priority(args.priority, lowest=1)
+    gateways.check_common(args, positive=("connect_timeout_s", "retry_initial_s", "retry_max_s", "timeout",
+                                          "response_timeout_s"),
+                          non_negative=("healthy_after_s", "stats_every_s", "integrity_poll_s", "event_poll_s",
+                                        "keepalive_s"))
+    gateways.check_intervals(args, MAX_INTERVAL_MS)
     settings = SessionSettings(master_address=args.master_address, outstation_address=args.address,
                                integrity_poll_s=args.integrity_poll_s, event_poll_s=args.event_poll_s,
                                unsolicited=args.unsolicited, response_timeout_s=args.response_timeout_s,
@@ -146,12 +110,11 @@ def points_of(args: argparse.Namespace) -> PointMap:
 def stats(args: argparse.Namespace, runner: Runner, gateway: Dnp3Gateway, *, final: bool
           ) -> tuple[dict[str, Any], str]:
     s = gateway.stats
-    data: dict[str, Any] = {"kind": "dnp3-gateway", "name": args.name, "final": final, "ts_ms": clock.now_ms(),
-                            "uptime_s": round(time.monotonic() - runner.started, 3),
-                            "outstation": f"{gateway.options.host}:{gateway.options.port}",
-                            "address": gateway.options.settings.outstation_address, **s.as_dict()}
-    points = ",".join(f"{k}:{v}" for k, v in sorted(s.points.items())) or "-"
-    drops = ",".join(f"{k}:{v}" for k, v in sorted(s.drops.as_dict().items())) or "-"
+    data = {**gateways.stats_head("dnp3-gateway", args, runner, final=final),
+            "outstation": f"{gateway.options.host}:{gateway.options.port}",
+            "address": gateway.options.settings.outstation_address, **s.as_dict()}
+    points = gateways.counts_text(s.points)
+    drops = gateways.counts_text(s.drops.as_dict())
     text = (f"{'FINAL ' if final else ''}dnp3-gateway {args.name}: state={s.state} points={points} drops={drops} "
             f"reconnects={s.reconnects} timeouts={s.response_timeouts} published={s.events_published} "
             f"alerts={s.alerts_published} unpublished={s.events_unpublished} failed={s.events_failed} "
@@ -168,17 +131,7 @@ async def _run(args: argparse.Namespace, options: GatewayOptions, names: PointMa
     await tel.start()
     runner.line(f"READY name={args.name} outstation={options.host}:{options.port} "
                 f"address={options.settings.outstation_address} edge={options.edge}{tel.ready_suffix()}")
-    task = asyncio.ensure_future(gateway.run(runner.stop))
-    try:
-        await runner.report_until_stopped(lambda: stats(args, runner, gateway, final=False))
-        await task
-    finally:
-        runner.stop.set()
-        if not task.done():
-            await task
-        await tel.stop()
-        runner.emit(*stats(args, runner, gateway, final=True))
-    return EXIT_OK
+    return await gateways.serve(runner, gateway.run, lambda final: stats(args, runner, gateway, final=final), tel=tel)
 
 
 def run(args: argparse.Namespace) -> int:

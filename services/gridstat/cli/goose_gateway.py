@@ -20,14 +20,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import time
 from typing import Any
 
+from gridstat.cli import gateways
 from gridstat.cli.common import EXIT_CODES_HELP, EXIT_OK
 from gridstat.cli.subscribe import POD_IP_ENV
-from gridstat.cli.traffic import Runner, add_edge_client_arguments, check_edge, check_positive, tls_files
-from gridstat.core import clock, serving
-from gridstat.core.model import PRIORITY_LOW, check_name
+from gridstat.cli.traffic import Runner, add_edge_client_arguments, check_edge, tls_files
+from gridstat.core import serving
 from gridstat.core.tls import TlsFiles
 from gridstat.errors import ValidationError
 from gridstat.gateways.goose import (
@@ -56,25 +55,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                                                          "(default 0)")
     p.add_argument("--latency-ms", type=int, default=50, metavar="MS",
                    help="latency bound of the subscriptions of published blocks (default 50)")
-    p.add_argument("--stats-every-s", type=float, default=1.0, metavar="S",
-                   help="print a stats line every S seconds (0: only the final line; default 1)")
-    p.add_argument("--duration-s", type=float, default=None, metavar="S",
-                   help="stop after S seconds (default: run until SIGTERM or SIGINT)")
-    p.add_argument("--timeout", type=float, default=10.0, metavar="S",
-                   help="deadline of each call to the edge router (default 10)")
+    gateways.add_reporting_arguments(p)
+    gateways.add_edge_timeout_argument(p)
     add_edge_client_arguments(p, log_level_help="log level on stderr (default WARNING)")
     telemetry.add_arguments(p)
 
 
 def check(args: argparse.Namespace) -> GooseMap:
-    check_name(args.name, what="name")
     check_edge(args.edge)
-    if not 0 <= args.priority <= PRIORITY_LOW:
-        raise ValidationError(f"--priority must be 0..{PRIORITY_LOW}, not {args.priority}", field="priority")
-    check_positive(args.latency_ms, "--latency-ms")
-    check_positive(args.timeout, "--timeout")
-    check_positive(args.stats_every_s, "--stats-every-s", allow_zero=True)
-    check_positive(args.duration_s, "--duration-s")
+    gateways.check_priority(args.priority)
+    gateways.check_common(args, positive=("latency_ms", "timeout"), non_negative=("stats_every_s",))
     goose_map = load_map(args.map)
     if not goose_map.subscribe and not goose_map.publish:
         raise ValidationError(f"{args.map}: neither subscribe nor publish blocks", field="map")
@@ -83,9 +73,8 @@ def check(args: argparse.Namespace) -> GooseMap:
 
 def stats(args: argparse.Namespace, runner: Runner, shared: GooseStats, *, final: bool) -> tuple[dict[str, Any], str]:
     s = shared.as_dict()
-    data: dict[str, Any] = {"kind": "goose-gateway", "name": args.name, "final": final, "ts_ms": clock.now_ms(),
-                            "uptime_s": round(time.monotonic() - runner.started, 3), **s}
-    drops = ",".join(f"{k}:{v}" for k, v in sorted(s.get("drops", {}).items())) or "-"
+    data = {**gateways.stats_head("goose-gateway", args, runner, final=final), **s}
+    drops = gateways.counts_text(s.get("drops", {}))
     text = (f"{'FINAL ' if final else ''}goose-gateway {args.name}: frames={s.get('frames', 0)} drops={drops} "
             f"states={s.get('states', 0)} retransmissions={s.get('retransmissions', 0)} "
             f"published={s.get('points_published', 0)} unpublished={s.get('points_unpublished', 0)} "

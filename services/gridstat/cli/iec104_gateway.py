@@ -26,21 +26,12 @@ SIGTERM or SIGINT (or ``--duration-s``) stop it with a final line; exit 0.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import time
 from typing import Any
 
-from gridstat.cli.common import EXIT_CODES_HELP, EXIT_OK
-from gridstat.cli.traffic import (
-    Runner,
-    add_edge_client_arguments,
-    check_edge,
-    check_positive,
-    is_loopback_host,
-    tls_files,
-)
-from gridstat.core import clock, serving
-from gridstat.core.model import PRIORITY_LOW, check_name
+from gridstat.cli import gateways
+from gridstat.cli.common import EXIT_CODES_HELP
+from gridstat.cli.traffic import Runner, add_edge_client_arguments, check_edge, tls_files
+from gridstat.core import serving
 from gridstat.core.tls import TlsFiles
 from gridstat.errors import ValidationError
 from gridstat.gateways.iec104 import DEFAULT_PORT, GatewayOptions, Iec104Gateway, PointMap, load_point_map
@@ -73,11 +64,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="a general interrogation every S seconds too (0: at start and after reconnects only)")
     p.add_argument("--priority", type=int, default=1, metavar="P",
                    help="priority of measured values, 0 .. 6 (default 1; points are alerts, priority 0)")
-    p.add_argument("--name", default="iec104-gateway", metavar="NAME", help="this gateway's name in its stats lines")
-    p.add_argument("--stats-every-s", type=float, default=1.0, metavar="S",
-                   help="print a stats line every S seconds (0: only the final line; default 1)")
-    p.add_argument("--duration-s", type=float, default=None, metavar="S",
-                   help="stop after S seconds (default: run until SIGTERM or SIGINT)")
+    gateways.add_name_arguments(p, "iec104-gateway")
     t = p.add_argument_group("the link (IEC 60870-5-104 5.5-5.6) and reconnecting")
     t.add_argument("--k", type=int, default=12, help="I frames sent before an acknowledgement is needed (default 12)")
     t.add_argument("--w", type=int, default=8, help="I frames received before acknowledging them (default 8)")
@@ -88,12 +75,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="acknowledge received I frames at the latest after S seconds (default 10)")
     t.add_argument("--t3-s", type=float, default=20.0, metavar="S",
                    help="send a test frame after S seconds without a frame (default 20)")
-    t.add_argument("--retry-initial-s", type=float, default=0.5, metavar="S", help="first back-off (default 0.5)")
-    t.add_argument("--retry-max-s", type=float, default=30.0, metavar="S", help="longest back-off (default 30)")
-    t.add_argument("--healthy-after-s", type=float, default=30.0, metavar="S",
-                   help="a connection up this long resets the back-off (default 30)")
-    t.add_argument("--timeout", type=float, default=10.0, metavar="S",
-                   help="deadline of each call to the edge router (default 10)")
+    gateways.add_reconnect_arguments(t)
     add_edge_client_arguments(p, log_level_help="log level on stderr (default WARNING)")
     # --metrics-port: gridstat_iec104_* on /metrics (telemetry/iec104.py), as goose-gateway
     telemetry.add_arguments(p)
@@ -101,17 +83,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def parse_outstation(value: str, *, allow_remote: bool) -> tuple[str, int]:
     """``HOST[:PORT]``; a host other than the loopback only with ``--allow-remote``."""
-    text = value.strip()
-    host, sep, port = text.rpartition(":")
-    if not sep or "]" in port:
-        host, port = text, str(DEFAULT_PORT)
-    host = host.strip("[]")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValidationError(f"--outstation {value!r} is not HOST:PORT", field="outstation")
-    if not allow_remote and not is_loopback_host(host):
-        raise ValidationError(f"--outstation {value!r} is not on this host: add --allow-remote to talk to an "
-                              f"outstation on the network", field="outstation")
-    return host, int(port)
+    return gateways.parse_device_address(value, allow_remote=allow_remote, default_port=DEFAULT_PORT,
+                                         flag="--outstation", remote_flag="--allow-remote", peer="an outstation",
+                                         bare_ipv6=True)
 
 
 def options_of(args: argparse.Namespace) -> GatewayOptions:
@@ -119,20 +93,10 @@ def options_of(args: argparse.Namespace) -> GatewayOptions:
     for ca in args.common_address:
         if not 1 <= ca <= GLOBAL_ADDRESS:
             raise ValidationError(f"--common-address must be 1..{GLOBAL_ADDRESS}, not {ca}", field="common_address")
-    if not 0 <= args.priority <= PRIORITY_LOW:
-        raise ValidationError(f"--priority must be 0..{PRIORITY_LOW}, not {args.priority}", field="priority")
-    for flag in ("interval_ms", "min_interval_ms"):
-        value = getattr(args, flag)
-        if value is not None and not 1 <= value <= MAX_INTERVAL_MS:
-            raise ValidationError(f"--{flag.replace('_', '-')} must be 1..{MAX_INTERVAL_MS}, not {value}", field=flag)
-    check_name(args.name, what="name")
-    for flag in ("t0_s", "t1_s", "t2_s", "t3_s", "retry_initial_s", "retry_max_s", "timeout"):
-        check_positive(getattr(args, flag), f"--{flag.replace('_', '-')}")
-    for flag in ("interrogation_period_s", "healthy_after_s", "stats_every_s"):
-        check_positive(getattr(args, flag), f"--{flag.replace('_', '-')}", allow_zero=True)
-    check_positive(args.duration_s, "--duration-s")
-    if args.retry_initial_s > args.retry_max_s:
-        raise ValidationError("--retry-initial-s is above --retry-max-s", field="retry_initial_s")
+    gateways.check_priority(args.priority)
+    gateways.check_intervals(args, MAX_INTERVAL_MS)
+    gateways.check_common(args, positive=("t0_s", "t1_s", "t2_s", "t3_s", "retry_initial_s", "retry_max_s", "timeout"),
+                          non_negative=("interrogation_period_s", "healthy_after_s", "stats_every_s"))
     return GatewayOptions(
         host=host, port=port, edge=check_edge(args.edge),
         common_addresses=tuple(dict.fromkeys(args.common_address)) or (GLOBAL_ADDRESS,), k=args.k, w=args.w,
@@ -164,10 +128,9 @@ def points_of(args: argparse.Namespace) -> PointMap:
 def stats(args: argparse.Namespace, runner: Runner, gateway: Iec104Gateway, *,
           final: bool) -> tuple[dict[str, Any], str]:
     s = gateway.stats
-    data: dict[str, Any] = {"kind": "iec104-gateway", "name": args.name, "final": final, "ts_ms": clock.now_ms(),
-                            "uptime_s": round(time.monotonic() - runner.started, 3), **s.as_dict()}
-    asdus = ",".join(f"{k}:{v}" for k, v in sorted(s.asdus.items())) or "-"
-    drops = ",".join(f"{k}:{v}" for k, v in sorted(s.drops.as_dict().items())) or "-"
+    data = {**gateways.stats_head("iec104-gateway", args, runner, final=final), **s.as_dict()}
+    asdus = gateways.counts_text(s.asdus)
+    drops = gateways.counts_text(s.drops.as_dict())
     text = (f"{'FINAL ' if final else ''}iec104-gateway {args.name}: state={s.state} asdus={asdus} drops={drops} "
             f"reconnects={s.reconnects} interrogations={s.interrogations_completed}/{s.interrogations} "
             f"values={s.values} published={s.events_published} alerts={s.alerts_published} "
@@ -183,17 +146,7 @@ async def _run(args: argparse.Namespace, options: GatewayOptions, points: PointM
     tel.add_collector(Iec104Collector(args.name, gateway.outstation, gateway.stats.as_dict))
     await tel.start()
     runner.line(f"READY name={args.name} outstation={gateway.outstation} edge={options.edge}{tel.ready_suffix()}")
-    task = asyncio.ensure_future(gateway.run(runner.stop))
-    try:
-        await runner.report_until_stopped(lambda: stats(args, runner, gateway, final=False))
-        await task
-    finally:
-        runner.stop.set()
-        if not task.done():
-            await task
-        await tel.stop()
-        runner.emit(*stats(args, runner, gateway, final=True))
-    return EXIT_OK
+    return await gateways.serve(runner, gateway.run, lambda final: stats(args, runner, gateway, final=final), tel=tel)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -22,21 +22,13 @@ SIGTERM or SIGINT (or ``--duration-s``) stop it with a final line; exit 0.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import time
 from typing import Any
 
-from gridstat.cli.common import EXIT_CODES_HELP, EXIT_OK
-from gridstat.cli.traffic import (
-    Runner,
-    add_edge_client_arguments,
-    check_edge,
-    check_positive,
-    is_loopback_host,
-    tls_files,
-)
-from gridstat.core import clock, serving
-from gridstat.core.model import PRIORITY_LOW, check_name, split_variable_name
+from gridstat.cli import gateways
+from gridstat.cli.common import EXIT_CODES_HELP
+from gridstat.cli.traffic import Runner, add_edge_client_arguments, check_edge, tls_files
+from gridstat.core import serving
+from gridstat.core.model import split_variable_name
 from gridstat.core.tls import TlsFiles
 from gridstat.errors import ValidationError
 from gridstat.gateways.pmu import GatewayOptions, NameMap, PmuGateway, load_name_map
@@ -69,11 +61,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="publish only these variables (publisher/variable, comma-separated, after --map); the "
                         "device's other channels are neither registered nor sent")
     p.add_argument("--priority", type=int, default=1, metavar="P", help="0 alert .. 6 low (default 1)")
-    p.add_argument("--name", default="pmu-gateway", metavar="NAME", help="this gateway's name in its stats lines")
-    p.add_argument("--stats-every-s", type=float, default=1.0, metavar="S",
-                   help="print a stats line every S seconds (0: only the final line; default 1)")
-    p.add_argument("--duration-s", type=float, default=None, metavar="S",
-                   help="stop after S seconds (default: run until SIGTERM or SIGINT)")
+    gateways.add_name_arguments(p, "pmu-gateway")
     t = p.add_argument_group("timeouts and reconnecting")
     t.add_argument("--connect-timeout-s", type=float, default=5.0, metavar="S", help="TCP connect timeout (default 5)")
     t.add_argument("--config-timeout-s", type=float, default=5.0, metavar="S",
@@ -82,28 +70,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="reconnect after S seconds without a data frame (at least 3 frame periods; default 5)")
     t.add_argument("--config-poll-s", type=float, default=0.0, metavar="S",
                    help="ask for the configuration every S seconds while streaming (0: only when needed)")
-    t.add_argument("--retry-initial-s", type=float, default=0.5, metavar="S", help="first back-off (default 0.5)")
-    t.add_argument("--retry-max-s", type=float, default=30.0, metavar="S", help="longest back-off (default 30)")
-    t.add_argument("--healthy-after-s", type=float, default=30.0, metavar="S",
-                   help="a connection up this long resets the back-off (default 30)")
-    t.add_argument("--timeout", type=float, default=10.0, metavar="S",
-                   help="deadline of each call to the edge router (default 10)")
+    gateways.add_reconnect_arguments(t)
     add_edge_client_arguments(p, log_level_help="log level on stderr (default WARNING)")
 
 
 def parse_device(value: str, *, allow_remote: bool) -> tuple[str, int]:
     """``HOST[:PORT]``; a host other than 127.0.0.1 only with ``--allow-remote-device``."""
-    text = value.strip()
-    host, sep, port = text.rpartition(":")
-    if not sep:
-        host, port = text, str(DEFAULT_DEVICE_PORT)
-    host = host.strip("[]")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValidationError(f"--device {value!r} is not HOST:PORT", field="device")
-    if not allow_remote and not is_loopback_host(host):
-        raise ValidationError(f"--device {value!r} is not on this host: add --allow-remote-device to talk to a "
-                              f"device on the network", field="device")
-    return host, int(port)
+    return gateways.parse_device_address(value, allow_remote=allow_remote, default_port=DEFAULT_DEVICE_PORT,
+                                         flag="--device", remote_flag="--allow-remote-device", peer="a device")
 
 
 def options_of(args: argparse.Namespace) -> GatewayOptions:
@@ -112,17 +86,10 @@ def options_of(args: argparse.Namespace) -> GatewayOptions:
         raise ValidationError(f"--idcode must be 0..65535, not {args.idcode}", field="idcode")
     if not 0 <= args.udp_port < 65536:
         raise ValidationError(f"--udp-port must be 0..65535, not {args.udp_port}", field="udp_port")
-    if not 0 <= args.priority <= PRIORITY_LOW:
-        raise ValidationError(f"--priority must be 0..{PRIORITY_LOW}, not {args.priority}", field="priority")
-    check_name(args.name, what="name")
-    for flag in ("connect_timeout_s", "config_timeout_s", "data_timeout_s", "retry_initial_s", "retry_max_s",
-                 "timeout"):
-        check_positive(getattr(args, flag), f"--{flag.replace('_', '-')}")
-    for flag in ("config_poll_s", "healthy_after_s", "stats_every_s"):
-        check_positive(getattr(args, flag), f"--{flag.replace('_', '-')}", allow_zero=True)
-    check_positive(args.duration_s, "--duration-s")
-    if args.retry_initial_s > args.retry_max_s:
-        raise ValidationError("--retry-initial-s is above --retry-max-s", field="retry_initial_s")
+    gateways.check_priority(args.priority)
+    gateways.check_common(args, positive=("connect_timeout_s", "config_timeout_s", "data_timeout_s", "retry_initial_s",
+                                          "retry_max_s", "timeout"),
+                          non_negative=("config_poll_s", "healthy_after_s", "stats_every_s"))
     return GatewayOptions(
         device_host=host, device_port=port, edge=check_edge(args.edge), idcode=args.idcode, data=args.data,
         udp_host=args.udp_host, udp_port=args.udp_port, cfg3=args.config == "cfg3", request_header=not args.no_header,
@@ -134,10 +101,9 @@ def options_of(args: argparse.Namespace) -> GatewayOptions:
 
 def stats(args: argparse.Namespace, runner: Runner, gateway: PmuGateway, *, final: bool) -> tuple[dict[str, Any], str]:
     s = gateway.stats
-    data: dict[str, Any] = {"kind": "pmu-gateway", "name": args.name, "final": final, "ts_ms": clock.now_ms(),
-                            "uptime_s": round(time.monotonic() - runner.started, 3), **s.as_dict()}
-    frames = ",".join(f"{k}:{v}" for k, v in sorted(s.frames.items())) or "-"
-    drops = ",".join(f"{k}:{v}" for k, v in sorted(s.drops.as_dict().items())) or "-"
+    data = {**gateways.stats_head("pmu-gateway", args, runner, final=final), **s.as_dict()}
+    frames = gateways.counts_text(s.frames)
+    drops = gateways.counts_text(s.drops.as_dict())
     text = (f"{'FINAL ' if final else ''}pmu-gateway {args.name}: state={s.state} frames={frames} drops={drops} "
             f"reconnects={s.reconnects} config_changes={s.config_changes} published={s.events_published} "
             f"unpublished={s.events_unpublished} failed={s.events_failed} variables={s.registrations}")
@@ -162,16 +128,7 @@ async def _run(args: argparse.Namespace, options: GatewayOptions, names: NameMap
                                   field="udp_port") from None
     runner.line(f"READY name={args.name} device={options.device_host}:{options.device_port} data={options.data}"
                 f"{udp} edge={options.edge}")
-    task = asyncio.ensure_future(gateway.run(runner.stop))
-    try:
-        await runner.report_until_stopped(lambda: stats(args, runner, gateway, final=False))
-        await task
-    finally:
-        runner.stop.set()
-        if not task.done():
-            await task
-        runner.emit(*stats(args, runner, gateway, final=True))
-    return EXIT_OK
+    return await gateways.serve(runner, gateway.run, lambda final: stats(args, runner, gateway, final=final))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -17,20 +17,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import time
 from typing import Any
 
+from gridstat.cli import gateways
 from gridstat.cli.common import EXIT_CODES_HELP, EXIT_OK
-from gridstat.cli.traffic import (
-    Runner,
-    add_edge_client_arguments,
-    check_edge,
-    check_positive,
-    is_loopback_host,
-    tls_files,
-)
-from gridstat.core import clock, serving
-from gridstat.core.model import MAX_FRAMES_PER_S, PRIORITY_LOW, check_name
+from gridstat.cli.traffic import Runner, add_edge_client_arguments, check_edge, is_loopback_host, tls_files
+from gridstat.core import serving
+from gridstat.core.model import MAX_FRAMES_PER_S, check_name
 from gridstat.errors import ValidationError
 from gridstat.gateways.sttp import SttpGateway, SttpGatewayOptions
 from gridstat.gateways.sttp.library import load
@@ -50,13 +43,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="publish every variable under this publisher (default: one publisher per device)")
     p.add_argument("--edge", required=True, metavar="HOST:PORT", help="control port of the edge router")
     p.add_argument("--priority", type=int, default=1, metavar="P", help="0 alert .. 6 low (default 1)")
-    p.add_argument("--name", default="sttp-gateway", metavar="NAME", help="this gateway's name in its stats lines")
-    p.add_argument("--stats-every-s", type=float, default=1.0, metavar="S",
-                   help="print a stats line every S seconds (0: only the final line; default 1)")
-    p.add_argument("--duration-s", type=float, default=None, metavar="S",
-                   help="stop after S seconds (default: run until SIGTERM or SIGINT)")
-    p.add_argument("--timeout", type=float, default=10.0, metavar="S",
-                   help="deadline of each call to the edge router (default 10)")
+    gateways.add_name_arguments(p, "sttp-gateway")
+    gateways.add_edge_timeout_argument(p)
     add_edge_client_arguments(p, log_level_help="log level on stderr (default WARNING)")
 
 
@@ -77,16 +65,12 @@ def options_of(args: argparse.Namespace) -> SttpGatewayOptions:
     if not 0 <= args.frames_per_s <= MAX_FRAMES_PER_S:
         raise ValidationError(f"--frames-per-s must be 1..{MAX_FRAMES_PER_S} (0: from the metadata), "
                               f"not {args.frames_per_s}", field="frames_per_s")
-    if not 0 <= args.priority <= PRIORITY_LOW:
-        raise ValidationError(f"--priority must be 0..{PRIORITY_LOW}, not {args.priority}", field="priority")
+    gateways.check_priority(args.priority)
     if args.publisher is not None:
         check_name(args.publisher, what="publisher")
     if not args.filter.strip():
         raise ValidationError("--filter is empty", field="filter")
-    check_name(args.name, what="name")
-    check_positive(args.timeout, "--timeout")
-    check_positive(args.stats_every_s, "--stats-every-s", allow_zero=True)
-    check_positive(args.duration_s, "--duration-s")
+    gateways.check_common(args, positive=("timeout",), non_negative=("stats_every_s",))
     load()  # sttpapi missing: exit 2 with what to install
     return SttpGatewayOptions(source=source, edge=check_edge(args.edge), filter_expression=args.filter.strip(),
                               frames_per_s=args.frames_per_s, publisher=args.publisher, priority=args.priority,
@@ -96,9 +80,8 @@ def options_of(args: argparse.Namespace) -> SttpGatewayOptions:
 def stats(args: argparse.Namespace, runner: Runner, gateway: SttpGateway, *,
           final: bool) -> tuple[dict[str, Any], str]:
     s = gateway.report()
-    data: dict[str, Any] = {"kind": "sttp-gateway", "name": args.name, "final": final, "ts_ms": clock.now_ms(),
-                            "uptime_s": round(time.monotonic() - runner.started, 3), **s}
-    drops = ",".join(f"{k}:{v}" for k, v in sorted(s["drops"].items())) or "-"
+    data = {**gateways.stats_head("sttp-gateway", args, runner, final=final), **s}
+    drops = gateways.counts_text(s["drops"])
     text = (f"{'FINAL ' if final else ''}sttp-gateway {args.name}: connected={s['connected']} "
             f"variables={s['variables']} registered={s['registered']} "
             f"measurements={s.get('measurements', 0)} published={s.get('events_published', 0)} drops={drops}")

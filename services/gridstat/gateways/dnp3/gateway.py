@@ -17,7 +17,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gridstat.core import clock
-from gridstat.core.aio import cancelled
 from gridstat.core.backoff import ReconnectPolicy
 from gridstat.core.model import PRIORITY_HIGH
 from gridstat.core.tls import TlsFiles
@@ -27,6 +26,7 @@ from gridstat.gateways.dnp3.points import PointTable
 from gridstat.gateways.dnp3.publishing import PointPublishers
 from gridstat.gateways.dnp3.session import MasterSession, Output, SessionSettings
 from gridstat.gateways.dnp3.stats import Dnp3Stats
+from gridstat.gateways.linking import LinkFailures, keep_linked, read_until_closed
 from gridstat.gateways.pmu.transport import DeviceConnection
 
 log = logging.getLogger(__name__)
@@ -72,7 +72,7 @@ class Dnp3Gateway:
                                           timeout_s=options.edge_timeout_s, attributes=attributes)
         self.connection: DeviceConnection | None = None
         self._close_reason: str | None = None
-        self._last_failure = ""
+        self.failures = LinkFailures(log)
 
     # -- the session's output ---------------------------------------------------------------------
 
@@ -101,19 +101,10 @@ class Dnp3Gateway:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Serve until ``stop`` is set; everything started is closed on the way out."""
-        registering = asyncio.ensure_future(self.publishers.run())
-        ticking = asyncio.ensure_future(self._tick(stop))
         try:
-            while not stop.is_set():
-                await self._connect_once(stop)
-                if stop.is_set():
-                    break
-                delay_s = self.policy.failed(time.monotonic())
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), delay_s)
+            await keep_linked(stop, self.policy, self._connect_once, failures=self.failures,
+                              background=(self.publishers.run(), self._tick(stop)))
         finally:
-            await cancelled(ticking)
-            await cancelled(registering)
             await self.publishers.close()
 
     async def _connect_once(self, stop: asyncio.Event) -> None:
@@ -123,16 +114,14 @@ class Dnp3Gateway:
             conn = await DeviceConnection.open(o.host, o.port, timeout_s=o.connect_timeout_s)
         except (OSError, TimeoutError) as exc:
             self.stats.connect_failures += 1
-            self._failure(f"cannot connect to {o.host}:{o.port}: {exc or type(exc).__name__}")
+            self.failures.failed(f"cannot connect to {o.host}:{o.port}: {exc or type(exc).__name__}")
             self.session.disconnected()
             return
         self.stats.connects += 1
         self.policy.connected(time.monotonic())
         self.connection = conn
         self._close_reason = None
-        if self._last_failure:
-            log.warning("connected to outstation %s:%d again", o.host, o.port)
-            self._last_failure = ""
+        self.failures.connected("connected to outstation %s:%d again", o.host, o.port)
         self.apply(self.session.connected(time.monotonic()))
         why = await self._read(conn, stop)
         self.connection = None
@@ -140,21 +129,16 @@ class Dnp3Gateway:
         self.session.disconnected()
         if not stop.is_set():
             self.stats.reconnects += 1
-            self._failure(f"connection to outstation {o.host}:{o.port} ended: {why}")
+            self.failures.failed(f"connection to outstation {o.host}:{o.port} ended: {why}")
 
     async def _read(self, conn: DeviceConnection, stop: asyncio.Event) -> str:
-        session = self.session
-        while True:
-            try:
-                data = await conn.read()
-            except OSError as exc:
-                return self._close_reason or f"read failed: {exc}"
-            if not data:
-                return self._close_reason or ("stopped" if stop.is_set() else "the outstation closed the connection")
-            out = session.tcp_bytes(data, time.monotonic())
-            self.apply(out)
-            if out.close is not None:
-                return out.close
+        return await read_until_closed(conn, stop, self._received, close_reason=lambda: self._close_reason,
+                                       peer="the outstation")
+
+    def _received(self, data: bytes) -> str | None:
+        out = self.session.tcp_bytes(data, time.monotonic())
+        self.apply(out)
+        return out.close
 
     async def _tick(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -172,9 +156,3 @@ class Dnp3Gateway:
                 return
             self.apply(self.session.tick(time.monotonic()))
             self.publish_due(clock.now_ms())
-
-    def _failure(self, message: str) -> None:
-        """Log a failure once, until it changes or the outstation is back (state changes only)."""
-        if message != self._last_failure:
-            log.warning("%s; reconnecting with back-off", message)
-            self._last_failure = message

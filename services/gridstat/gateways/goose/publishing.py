@@ -10,24 +10,21 @@ variable is not registered yet is counted (``points_unpublished``), never queued
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Mapping, Sequence
 
-from gridstat.client import EdgeSession, PublicationHandle, Publisher
+from gridstat.client import PublicationHandle, Publisher
 from gridstat.core import wire
 from gridstat.core.model import PRIORITY_ALERT
 from gridstat.core.tls import TlsFiles
-from gridstat.errors import GridStatError, ValidationError
+from gridstat.errors import GridStatError
 from gridstat.gateways.goose.mapping import PointSpec
 from gridstat.gateways.goose.stats import GooseStats
 from gridstat.gateways.goose.subscribing import Point
+from gridstat.gateways.registering import PERMANENT_REASONS as PERMANENT_REASONS  # what it always exported
+from gridstat.gateways.registering import VariableRegistrar
 
 log = logging.getLogger(__name__)
-
-#: Refusals that retrying cannot fix: the variable is left out (as the pmu gateway does).
-PERMANENT_REASONS = frozenset({"InvalidArgument", "TypeMismatch", "Unauthorized", "PermissionDenied",
-                               "Unauthenticated", "AlreadyExists", "ValidationError"})
 
 
 class PointPublishers:
@@ -44,11 +41,13 @@ class PointPublishers:
         self.timeout_s = timeout_s
         self.retry_max_s = retry_max_s
         self.attributes = dict(attributes or {})
-        self.publishers: dict[str, Publisher] = {}
-        self.handles: dict[str, PublicationHandle] = {}
-        self._refused: set[str] = set()
-        self._session: EdgeSession | None = None
-        self._last_error = ""
+        self.registrar = VariableRegistrar[PointSpec](edge, self._register, stats=stats, tls=tls,
+                                                      timeout_s=timeout_s, retry_max_s=retry_max_s, log=log)
+        #: Publishers by name and handles by ``publisher/variable`` (the registrar's).
+        self.publishers = self.registrar.publishers
+        self.handles = self.registrar.handles
+        for spec in self.points:
+            self.registrar.want(spec)
 
     def publish(self, points: Sequence[Point]) -> None:
         """The points of one new state (hot path: no logging, no blocking)."""
@@ -71,51 +70,12 @@ class PointPublishers:
 
     async def run(self) -> None:
         """Register every point, retrying until each is registered or refused for good (cancel to stop)."""
-        delay_s = 0.5
-        while todo := [p for p in self.points if p.full_name not in self.handles and p.full_name not in self._refused]:
-            spec = todo[0]
-            try:
-                await self._register(spec)
-            except GridStatError as exc:
-                self.stats.registration_errors += 1
-                if isinstance(exc, ValidationError) or exc.reason in PERMANENT_REASONS:
-                    self._refused.add(spec.full_name)
-                    log.error("%s refused: %s", spec.full_name, exc)
-                    continue
-                self._note(f"registering with edge router {self.edge} failed: {exc}")
-                await asyncio.sleep(delay_s)
-                delay_s = min(self.retry_max_s, delay_s * 2)
-            else:
-                delay_s = 0.5
-                self._note("")
+        await self.registrar.settle()
 
-    def _note(self, error: str) -> None:
-        if error != self._last_error:
-            if error:
-                log.warning("%s", error)
-            elif self._last_error:
-                log.warning("registering with edge router %s works again", self.edge)
-            self._last_error = error
-
-    async def _register(self, spec: PointSpec) -> None:
-        pub = self.publishers.get(spec.publisher)
-        if pub is None:
-            if self._session is None:
-                self._session = EdgeSession(self.edge, tls=self.tls, timeout_s=self.timeout_s, attempts=1)
-            pub = await Publisher.connect(spec.publisher, self.edge, tls=self.tls, session=self._session)
-            self.publishers[spec.publisher] = pub
-            self.stats.publishers = len(self.publishers)
+    async def _register(self, pub: Publisher, spec: PointSpec) -> PublicationHandle:
         attributes = {"kind": spec.kind, "protocol": "goose", **dict(spec.attributes), **self.attributes}
-        self.handles[spec.full_name] = await pub.register(
-            spec.variable, spec.type, 0, alert=True, min_interval_ms=spec.min_interval_ms, priority=self.priority,
-            attributes=attributes)
-        self.stats.registrations += 1
+        return await pub.register(spec.variable, spec.type, 0, alert=True, min_interval_ms=spec.min_interval_ms,
+                                  priority=self.priority, attributes=attributes)
 
     async def close(self) -> None:
-        for pub in self.publishers.values():
-            await pub.stop()
-        self.publishers.clear()
-        self.handles.clear()
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        await self.registrar.close()

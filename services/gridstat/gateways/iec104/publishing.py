@@ -12,26 +12,23 @@ variable is not registered yet is counted (``events_unpublished``), never queued
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Mapping
 
-from gridstat.client import AlertTooEarly, EdgeSession, PublicationHandle, Publisher
+from gridstat.client import AlertTooEarly, PublicationHandle, Publisher
 from gridstat.core import wire
 from gridstat.core.model import PRIORITY_ALERT, PRIORITY_HIGH
 from gridstat.core.tls import TlsFiles
-from gridstat.errors import GridStatError, ValidationError
+from gridstat.errors import GridStatError
 from gridstat.gateways.iec104.asdu import PointValue
 from gridstat.gateways.iec104.errors import DropReason
 from gridstat.gateways.iec104.mapping import PointMap, PointSpec
 from gridstat.gateways.iec104.quality import option
 from gridstat.gateways.iec104.stats import GatewayStats
+from gridstat.gateways.registering import PERMANENT_REASONS as PERMANENT_REASONS  # what it always exported
+from gridstat.gateways.registering import VariableRegistrar
 
 log = logging.getLogger(__name__)
-
-#: Refusals that retrying cannot fix (the request is wrong or not allowed): the variable is left out.
-PERMANENT_REASONS = frozenset({"InvalidArgument", "TypeMismatch", "Unauthorized", "PermissionDenied",
-                               "Unauthenticated", "AlreadyExists", "ValidationError"})
 
 
 class PointPublishers:
@@ -49,18 +46,16 @@ class PointPublishers:
         self.priority = priority
         self.timeout_s = timeout_s
         self.retry_max_s = retry_max_s
-        self.publishers: dict[str, Publisher] = {}
+        self.registrar = VariableRegistrar[PointSpec](edge, self._register, stats=stats, tls=tls,
+                                                      timeout_s=timeout_s, retry_max_s=retry_max_s, log=log)
+        #: Publishers by name (the registrar's).
+        self.publishers = self.registrar.publishers
         #: The variable of each information object seen, by (common address, IOA); None: unmapped.
         self.specs: dict[tuple[int, int], PointSpec | None] = {}
-        self._handles: dict[str, PublicationHandle] = {}
-        self._wanted: dict[str, PointSpec] = {}
-        self._registered: set[str] = set()
-        self._refused: set[str] = set()
+        self._handles = self.registrar.handles
+        self._wanted = self.registrar.wanted
         #: The last alert sent per variable: (time, value, quality), to leave out exact repeats.
         self._last_alert: dict[str, tuple[int, object, int]] = {}
-        self._session: EdgeSession | None = None
-        self._wake = asyncio.Event()
-        self._last_error = ""
         for spec in self.points.declared():
             self.specs[(spec.common_address, spec.ioa)] = spec
             self._want(spec)
@@ -73,8 +68,7 @@ class PointPublishers:
         return dict(self._wanted)
 
     def _want(self, spec: PointSpec) -> None:
-        self._wanted[spec.full_name] = spec
-        self._wake.set()
+        self.registrar.want(spec)
 
     def spec_of(self, value: PointValue) -> PointSpec | None:
         """The variable of ``value`` (counted and None when unmapped or of another kind than its variable)."""
@@ -140,61 +134,15 @@ class PointPublishers:
 
     async def run(self) -> None:
         """Register what is wanted, for ever (cancel to stop)."""
-        delay_s = 0.5
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            while todo := [s for n, s in self._wanted.items() if n not in self._registered and n not in self._refused]:
-                spec = todo[0]
-                try:
-                    for spec in todo:
-                        await self._register(spec)
-                except GridStatError as exc:
-                    self.stats.registration_errors += 1
-                    if isinstance(exc, ValidationError) or exc.reason in PERMANENT_REASONS:
-                        self._refused.add(spec.full_name)
-                        log.error("%s refused: %s", spec.full_name, exc)
-                        continue
-                    self._note(f"registering with edge router {self.edge} failed: {exc}")
-                    await asyncio.sleep(delay_s)
-                    delay_s = min(self.retry_max_s, delay_s * 2)
-                else:
-                    delay_s = 0.5
-                    self._note("")
+        await self.registrar.run()
 
-    def _note(self, error: str) -> None:
-        """Log a failure when it differs from the last one, and the recovery (state changes only)."""
-        if error != self._last_error:
-            if error:
-                log.warning("%s", error)
-            elif self._last_error:
-                log.warning("registering with edge router %s works again", self.edge)
-            self._last_error = error
-
-    async def _register(self, spec: PointSpec) -> None:
-        pub = self.publishers.get(spec.publisher)
-        if pub is None:
-            if self._session is None:
-                self._session = EdgeSession(self.edge, tls=self.tls, timeout_s=self.timeout_s, attempts=1)
-            pub = await Publisher.connect(spec.publisher, self.edge, tls=self.tls, session=self._session)
-            self.publishers[spec.publisher] = pub
-            self.stats.publishers = len(self.publishers)
+    async def _register(self, pub: Publisher, spec: PointSpec) -> PublicationHandle:
         attributes = {**spec.attributes_dict, **self.attributes}
         if spec.alert:
-            handle = await pub.register(spec.variable, spec.type, 0, priority=PRIORITY_ALERT,
-                                        alert=True, min_interval_ms=spec.min_interval_ms, attributes=attributes)
-        else:
-            handle = await pub.register(spec.variable, spec.type, spec.interval_ms, priority=self.priority,
-                                        attributes=attributes)
-        self._handles[spec.full_name] = handle
-        self._registered.add(spec.full_name)
-        self.stats.registrations += 1
+            return await pub.register(spec.variable, spec.type, 0, priority=PRIORITY_ALERT,
+                                      alert=True, min_interval_ms=spec.min_interval_ms, attributes=attributes)
+        return await pub.register(spec.variable, spec.type, spec.interval_ms, priority=self.priority,
+                                  attributes=attributes)
 
     async def close(self) -> None:
-        for pub in self.publishers.values():
-            await pub.stop()
-        self.publishers.clear()
-        self._handles.clear()
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        await self.registrar.close()

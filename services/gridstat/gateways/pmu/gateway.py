@@ -17,11 +17,11 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from gridstat.core.aio import cancelled
 from gridstat.core.backoff import ReconnectPolicy
 from gridstat.core.model import PRIORITY_HIGH
 from gridstat.core.tls import TlsFiles
 from gridstat.errors import ValidationError
+from gridstat.gateways.linking import LinkFailures, keep_linked, read_until_closed
 from gridstat.gateways.pmu.mapping import NameMap
 from gridstat.gateways.pmu.publishing import StationPublishers
 from gridstat.gateways.pmu.session import GatewaySession, Output, SessionSettings
@@ -88,7 +88,7 @@ class PmuGateway:
         self.udp_port: int | None = None
         self._device_addresses: set[str] = set()
         self._close_reason: str | None = None
-        self._last_failure = ""
+        self.failures = LinkFailures(log)
 
     # -- the session's output ---------------------------------------------------------------------
 
@@ -128,21 +128,10 @@ class PmuGateway:
             self._device_addresses = {str(info[4][0]) for info in infos}
         if o.data == "udp" and self.udp is None:
             await self.start_udp()
-        registering = asyncio.ensure_future(self.publishers.run())
-        ticking = asyncio.ensure_future(self._tick(stop))
         try:
-            while not stop.is_set():
-                await self._connect_once(stop)
-                if stop.is_set():
-                    break
-                delay_s = self.policy.failed(time.monotonic())
-                if self._last_failure:
-                    log.debug("next attempt in %.1f s", delay_s)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), delay_s)
+            await keep_linked(stop, self.policy, self._connect_once, failures=self.failures,
+                              background=(self.publishers.run(), self._tick(stop)))
         finally:
-            await cancelled(ticking)
-            await cancelled(registering)
             if self.udp is not None:
                 self.udp.close()
                 self.udp = None
@@ -155,16 +144,14 @@ class PmuGateway:
             conn = await DeviceConnection.open(o.device_host, o.device_port, timeout_s=o.connect_timeout_s)
         except (OSError, TimeoutError) as exc:
             self.stats.connect_failures += 1
-            self._failure(f"cannot connect to {o.device_host}:{o.device_port}: {exc or type(exc).__name__}")
+            self.failures.failed(f"cannot connect to {o.device_host}:{o.device_port}: {exc or type(exc).__name__}")
             self.session.disconnected("connection refused")
             return
         self.stats.connects += 1
         self.policy.connected(time.monotonic())
         self.connection = conn
         self._close_reason = None
-        if self._last_failure:
-            log.warning("connected to %s:%d again", o.device_host, o.device_port)
-            self._last_failure = ""
+        self.failures.connected("connected to %s:%d again", o.device_host, o.device_port)
         self.apply(self.session.connected(time.monotonic()))
         why = await self._read(conn, stop)
         if stop.is_set():
@@ -176,21 +163,16 @@ class PmuGateway:
         self.session.disconnected(why)
         if not stop.is_set():
             self.stats.reconnects += 1
-            self._failure(f"connection to {o.device_host}:{o.device_port} ended: {why}")
+            self.failures.failed(f"connection to {o.device_host}:{o.device_port} ended: {why}")
 
     async def _read(self, conn: DeviceConnection, stop: asyncio.Event) -> str:
-        session = self.session
-        while True:
-            try:
-                data = await conn.read()
-            except OSError as exc:
-                return self._close_reason or f"read failed: {exc}"
-            if not data:
-                return self._close_reason or ("stopped" if stop.is_set() else "the device closed the connection")
-            out = session.tcp_bytes(data, time.monotonic())
-            self.apply(out)
-            if out.close is not None:
-                return out.close
+        return await read_until_closed(conn, stop, self._received, close_reason=lambda: self._close_reason,
+                                       peer="the device")
+
+    def _received(self, data: bytes) -> str | None:
+        out = self.session.tcp_bytes(data, time.monotonic())
+        self.apply(out)
+        return out.close
 
     async def _tick(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -206,9 +188,3 @@ class PmuGateway:
                     conn.abort()
                 return
             self.apply(self.session.tick(time.monotonic()))
-
-    def _failure(self, message: str) -> None:
-        """Log a failure once, until it changes or the device is back (state changes only)."""
-        if message != self._last_failure:
-            log.warning("%s; reconnecting with back-off", message)
-            self._last_failure = message

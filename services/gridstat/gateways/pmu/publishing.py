@@ -12,23 +12,20 @@ lookup per value, and a value whose variable is not registered yet is counted
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Mapping
 
-from gridstat.client import EdgeSession, EventBlock, PublicationHandle, Publisher
+from gridstat.client import EventBlock, PublicationHandle, Publisher
 from gridstat.core.model import PRIORITY_HIGH
 from gridstat.core.tls import TlsFiles
-from gridstat.errors import GridStatError, ValidationError
+from gridstat.errors import GridStatError
 from gridstat.gateways.pmu.mapping import ChannelSpec, StreamPlan
 from gridstat.gateways.pmu.session import Sample
 from gridstat.gateways.pmu.stats import GatewayStats
+from gridstat.gateways.registering import PERMANENT_REASONS as PERMANENT_REASONS  # what it always exported
+from gridstat.gateways.registering import VariableRegistrar
 
 log = logging.getLogger(__name__)
-
-#: Refusals that retrying cannot fix (the request is wrong or not allowed): the variable is left out.
-PERMANENT_REASONS = frozenset({"InvalidArgument", "TypeMismatch", "Unauthorized", "PermissionDenied",
-                               "Unauthenticated", "AlreadyExists", "ValidationError"})
 
 
 #: PMU blocks of one stream at most (NUM_PMU is a u16): what the event-block cache is sized by.
@@ -53,29 +50,24 @@ class StationPublishers:
         self.priority = priority
         self.timeout_s = timeout_s
         self.retry_max_s = retry_max_s
-        self.publishers: dict[str, Publisher] = {}
-        self._handles: dict[str, PublicationHandle] = {}
-        self._registered: dict[str, ChannelSpec] = {}
-        self._wanted: dict[str, ChannelSpec] = {}
-        #: Variables the broker refused for good (TypeMismatch, ...): not asked again until they change.
-        self._refused: dict[str, ChannelSpec] = {}
-        self._session: EdgeSession | None = None
-        #: Per PMU block (by identity): (its BlockPlan, the handles' version it was made at, its event
-        #: blocks with the indexes of their values, or None while a variable is not registered).
+        self.registrar = VariableRegistrar[ChannelSpec](edge, self._register, stats=stats, tls=tls,
+                                                        timeout_s=timeout_s, retry_max_s=retry_max_s, log=log)
+        #: Publishers by name (the registrar's).
+        self.publishers = self.registrar.publishers
+        self._handles = self.registrar.handles
+        #: Per PMU block (by identity): (its BlockPlan, the registrar's version it was made at -- bumped
+        #: whenever a handle comes or goes --, its event blocks with the indexes of their values, or None
+        #: while a variable is not registered).
         self._blocks: dict[int, tuple[object, int, list[tuple[EventBlock, list[int]]] | None]] = {}
-        #: Bumped whenever a handle comes or goes: the event blocks are made again.
-        self._version = 0
-        self._wake = asyncio.Event()
-        self._last_error = ""
 
     @property
     def registered(self) -> dict[str, ChannelSpec]:
-        return dict(self._registered)
+        return dict(self.registrar.registered)
 
     def restrict(self, only: frozenset[str] | None) -> None:
         """From now on publish (and register) only ``only`` (None: every channel)."""
         self.only = only
-        self._version += 1
+        self.registrar.version += 1  # the event blocks are made again
 
     def handle(self, full_name: str) -> PublicationHandle | None:
         """The registered variable ``publisher/variable``, or None."""
@@ -86,28 +78,30 @@ class StationPublishers:
         is registered again and not published until the broker takes it (it refuses a registered name
         of another type: ``registration_errors``); one whose attributes alone changed keeps its
         registration."""
+        registrar = self.registrar
+        registered = registrar.registered
         for spec in plan.channels:
             name = spec.full_name
             if self.only is not None and name not in self.only:
                 continue
-            self._wanted[name] = spec
-            old = self._registered.get(name)
+            registrar.wanted[name] = spec
+            old = registered.get(name)
             if old is None or old == spec:
                 continue
             if (old.type, old.interval_ms, old.frames_per_s) == (spec.type, spec.interval_ms, spec.frames_per_s):
-                self._registered[name] = spec  # attributes alone: the broker keeps the first ones
+                registered[name] = spec  # attributes alone: the broker keeps the first ones
             else:
-                self._handles.pop(name, None)
-                self._version += 1
-        self._wake.set()
+                registrar.forget(name)
+        registrar.wake()
 
     def publish(self, sample: Sample) -> None:
         """Every value of ``sample`` with its device time (hot path: no logging, no blocking)."""
         stats = self.stats
         block = sample.block
+        version = self.registrar.version
         cached = self._blocks.get(id(block))
-        if cached is None or cached[0] is not block or cached[1] != self._version:
-            cached = (block, self._version, self._event_blocks(block.full_names))
+        if cached is None or cached[0] is not block or cached[1] != version:
+            cached = (block, version, self._event_blocks(block.full_names))
             self._blocks[id(block)] = cached
         groups = cached[2]
         if groups is not None:
@@ -143,27 +137,7 @@ class StationPublishers:
 
     async def run(self) -> None:
         """Register what is wanted, for ever (cancel to stop)."""
-        delay_s = 0.5
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            while todo := [s for n, s in self._wanted.items()
-                           if self._registered.get(n) != s and self._refused.get(n) != s]:
-                try:
-                    for spec in todo:
-                        await self._register(spec)
-                except GridStatError as exc:
-                    self.stats.registration_errors += 1
-                    if isinstance(exc, ValidationError) or exc.reason in PERMANENT_REASONS:
-                        self._refused[spec.full_name] = spec
-                        log.error("%s refused: %s", spec.full_name, exc)
-                        continue
-                    self._note(f"registering with edge router {self.edge} failed: {exc}")
-                    await asyncio.sleep(delay_s)
-                    delay_s = min(self.retry_max_s, delay_s * 2)
-                else:
-                    delay_s = 0.5
-                    self._note("")
+        await self.registrar.run()
 
     def _event_blocks(self, names: tuple[str, ...]) -> list[tuple[EventBlock, list[int]]] | None:
         """The event blocks of a PMU block's variables, one per publisher (a map may publish a
@@ -181,37 +155,9 @@ class StationPublishers:
             self._blocks.clear()
         return [(EventBlock([self._handles[names[i]] for i in idx]), idx) for idx in by_publisher.values()]
 
-    def _note(self, error: str) -> None:
-        """Log a failure when it differs from the last one, and the recovery (state changes only)."""
-        if error != self._last_error:
-            if error:
-                log.warning("%s", error)
-            elif self._last_error:
-                log.warning("registering with edge router %s works again", self.edge)
-            self._last_error = error
-
-    async def _register(self, spec: ChannelSpec) -> None:
-        pub = self.publishers.get(spec.publisher)
-        if pub is None:
-            if self._session is None:
-                self._session = EdgeSession(self.edge, tls=self.tls, timeout_s=self.timeout_s, attempts=1)
-            pub = await Publisher.connect(spec.publisher, self.edge, tls=self.tls, session=self._session)
-            self.publishers[spec.publisher] = pub
-            self.stats.publishers = len(self.publishers)
-        handle = await pub.register(spec.variable, spec.type, spec.interval_ms, frames_per_s=spec.frames_per_s,
-                                    attributes={**spec.attributes_dict, **self.attributes}, priority=self.priority)
-        self._handles[spec.full_name] = handle
-        self._version += 1
-        self._registered[spec.full_name] = spec
-        self._refused.pop(spec.full_name, None)
-        self.stats.registrations += 1
+    async def _register(self, pub: Publisher, spec: ChannelSpec) -> PublicationHandle:
+        return await pub.register(spec.variable, spec.type, spec.interval_ms, frames_per_s=spec.frames_per_s,
+                                  attributes={**spec.attributes_dict, **self.attributes}, priority=self.priority)
 
     async def close(self) -> None:
-        for pub in self.publishers.values():
-            await pub.stop()
-        self.publishers.clear()
-        self._handles.clear()
-        self._version += 1
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        await self.registrar.close()

@@ -27,15 +27,11 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-import grpc
-
+from gridstat.bench.gateway_rig import edge_cloud
 from gridstat.bench.pmu import Child, _cpu_s
 from gridstat.core import children
-from gridstat.v1 import broker_pb2 as bpb
-from gridstat.v1 import broker_pb2_grpc as bpb_grpc
 
 TARGET_POINTS_PER_S = 50_000
 TARGET_P99_MS = 10.0
@@ -163,30 +159,6 @@ def _outstation_main(mode: str, analogs: int) -> None:
 
 # -- the runs ------------------------------------------------------------------------------------------
 
-async def _cloud(tmp: str, started: list[Child]) -> tuple[str, str]:
-    py = sys.executable
-    broker = Child([py, "-m", "gridstat.broker.main", "--name", "A", "--port", "0", "--state",
-                    str(Path(tmp) / "A.sqlite"), "--exit-with-parent"], "broker A")
-    started.append(broker)
-    address = f"127.0.0.1:{children.ready_port(broker.ready)}"
-    ports: dict[str, tuple[int, int]] = {}
-    for rid, name in enumerate(("e1", "e2"), start=1):
-        r = Child([py, "-m", "gridstat.cli.main", "router", "--name", name, "--id", str(rid), "--port", "0",
-                   "--control-port", "0", "--role", "edge", "--broker", address, "--exit-with-parent"],
-                  f"router {name}")
-        started.append(r)
-        ports[name] = (children.ready_port(r.ready), children.ready_port(r.ready, "control_port"))
-    async with grpc.aio.insecure_channel(address) as channel:
-        stub = bpb_grpc.QoSBrokerStub(channel)  # type: ignore[no-untyped-call]
-        for rid, name in enumerate(("e1", "e2"), start=1):
-            await stub.AddRouter(bpb.AddRouterRequest(router=bpb.RouterInfo(
-                name=name, role="edge", capacity_eps=10_000_000, control_address=f"127.0.0.1:{ports[name][1]}",
-                event_address=f"127.0.0.1:{ports[name][0]}", router_id=rid)), timeout=10)
-        await stub.AddChannel(bpb.AddTopologyChannelRequest(channel=bpb.TopologyChannel(
-            a="e1", b="e2", bandwidth_bps=10_000_000_000, latency_ms=1, both_directions=True)), timeout=10)
-    return f"127.0.0.1:{ports['e1'][1]}", f"127.0.0.1:{ports['e2'][1]}"
-
-
 def _gateway(port: int, e1: str, *extra: str) -> Child:
     return Child([sys.executable, "-m", "gridstat.cli.main", "dnp3-gateway", "--outstation", f"127.0.0.1:{port}",
                   "--address", str(OUTSTATION), "--edge", e1, "--unsolicited", "--event-poll-s", "0",
@@ -210,7 +182,8 @@ async def _one(analogs: int, window_s: float, log: Callable[[str], None]) -> Dnp
     started: list[Child] = []
     with tempfile.TemporaryDirectory(prefix="gridstat-bench-dnp3-") as tmp:
         try:
-            e1, e2 = await _cloud(tmp, started)
+            cloud = await edge_cloud(tmp, started)
+            e1, e2 = cloud.e1, cloud.e2
             # Throughput: analog events flooded, each point a periodic variable at 100 ms.
             flood = Child([py, "-m", "gridstat.bench.dnp3", "outstation", "flood", str(analogs)], "outstation")
             started.append(flood)

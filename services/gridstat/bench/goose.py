@@ -32,7 +32,8 @@ from typing import Any
 
 import yaml
 
-from gridstat.bench.dnp3 import _cloud, _wait
+from gridstat.bench.dnp3 import _wait
+from gridstat.bench.gateway_rig import edge_cloud
 from gridstat.bench.pmu import Child, _cpu_s
 
 TARGET_POINTS_PER_S = 50_000
@@ -150,7 +151,8 @@ async def _one(blocks: int, members: int, states_per_s: float, window_s: float,
     started: list[Child] = []
     with tempfile.TemporaryDirectory(prefix="gridstat-bench-goose-") as tmp:
         try:
-            e1, e2 = await _cloud(tmp, started)
+            cloud = await edge_cloud(tmp, started)
+            e1, e2 = cloud.e1, cloud.e2
             n = blocks * members
             gw = _gateway(tmp, e1, bench_map(blocks, members, "float"), "goose-flood")
             started.append(gw)

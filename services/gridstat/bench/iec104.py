@@ -32,15 +32,11 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-import grpc
-
+from gridstat.bench.gateway_rig import edge_cloud
 from gridstat.bench.pmu import Child
 from gridstat.core import children
-from gridstat.v1 import broker_pb2 as bpb
-from gridstat.v1 import broker_pb2_grpc as bpb_grpc
 
 CA = 1
 ALERT_IOA = 900_000
@@ -230,32 +226,12 @@ async def _one(points: int, warmup_s: float, window_s: float, log: Callable[[str
     with tempfile.TemporaryDirectory(prefix="gridstat-bench-iec104-") as tmp:
         sub = None
         try:
-            broker = Child([py, "-m", "gridstat.broker.main", "--name", "A", "--port", "0", "--state",
-                            str(Path(tmp) / "A.sqlite"), "--exit-with-parent"], "broker A")
-            started.append(broker)
-            address = f"127.0.0.1:{children.ready_port(broker.ready)}"
-            ports: dict[str, tuple[int, int]] = {}
-            routers: dict[str, Child] = {}
-            for rid, name in enumerate(("e1", "e2"), start=1):
-                r = Child([py, "-m", "gridstat.cli.main", "router", "--name", name, "--id", str(rid), "--port", "0",
-                           "--control-port", "0", "--role", "edge", "--broker", address, "--exit-with-parent"],
-                          f"router {name}")
-                started.append(r)
-                routers[name] = r
-                ports[name] = (children.ready_port(r.ready), children.ready_port(r.ready, "control_port"))
-            async with grpc.aio.insecure_channel(address) as channel:
-                stub = bpb_grpc.QoSBrokerStub(channel)  # type: ignore[no-untyped-call]
-                for rid, name in enumerate(("e1", "e2"), start=1):
-                    await stub.AddRouter(bpb.AddRouterRequest(router=bpb.RouterInfo(
-                        name=name, role="edge", capacity_eps=10_000_000,
-                        control_address=f"127.0.0.1:{ports[name][1]}", event_address=f"127.0.0.1:{ports[name][0]}",
-                        router_id=rid)), timeout=10)
-                await stub.AddChannel(bpb.AddTopologyChannelRequest(channel=bpb.TopologyChannel(
-                    a="e1", b="e2", bandwidth_bps=10_000_000_000, latency_ms=1, both_directions=True)), timeout=10)
+            cloud = await edge_cloud(tmp, started)
+            routers = cloud.routers
             station = Child([py, "-m", "gridstat.bench.iec104", "outstation", str(points), str(LOAD_POINTS_PER_S)],
                             "outstation")
             started.append(station)
-            e1, e2 = f"127.0.0.1:{ports['e1'][1]}", f"127.0.0.1:{ports['e2'][1]}"
+            e1, e2 = cloud.e1, cloud.e2
             gateway = Child([py, "-m", "gridstat.cli.main", "iec104-gateway", "--outstation",
                              f"127.0.0.1:{children.ready_port(station.ready)}", "--edge", e1, "--interval-ms", "100",
                              "-o", "json", "--stats-every-s", "1", "--exit-with-parent"], "iec104-gateway")

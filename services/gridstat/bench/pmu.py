@@ -31,11 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import grpc
-
 from gridstat.core import children
-from gridstat.v1 import broker_pb2 as bpb
-from gridstat.v1 import broker_pb2_grpc as bpb_grpc
 
 RATE = 60
 PHASORS = 10
@@ -174,36 +170,18 @@ async def _admit(edge: str, name: str, variables: list[str], interval_ms: int, c
 async def _one(pmus: int, served_pmus: int, warmup_s: float, window_s: float, log: Callable[[str], None],
                subscribers: bool = True) -> PmuRun:
     py = sys.executable
+    from gridstat.bench.gateway_rig import edge_cloud  # it imports Child from here
+
     started: list[Child] = []
     with tempfile.TemporaryDirectory(prefix="gridstat-bench-pmu-") as tmp:
         try:
-            broker = Child([py, "-m", "gridstat.broker.main", "--name", "A", "--port", "0", "--state",
-                            str(Path(tmp) / "A.sqlite"), "--exit-with-parent"], "broker A")
-            started.append(broker)
-            address = f"127.0.0.1:{children.ready_port(broker.ready)}"
-            ports: dict[str, tuple[int, int]] = {}
-            routers: dict[str, Child] = {}
-            for rid, name in enumerate(("e1", "e2"), start=1):
-                r = Child([py, "-m", "gridstat.cli.main", "router", "--name", name, "--id", str(rid), "--port", "0",
-                           "--control-port", "0", "--role", "edge", "--broker", address, "--exit-with-parent"],
-                          f"router {name}")
-                started.append(r)
-                routers[name] = r
-                ports[name] = (children.ready_port(r.ready), children.ready_port(r.ready, "control_port"))
-            async with grpc.aio.insecure_channel(address) as channel:
-                stub = bpb_grpc.QoSBrokerStub(channel)  # type: ignore[no-untyped-call]
-                for rid, name in enumerate(("e1", "e2"), start=1):
-                    await stub.AddRouter(bpb.AddRouterRequest(router=bpb.RouterInfo(
-                        name=name, role="edge", capacity_eps=10_000_000,
-                        control_address=f"127.0.0.1:{ports[name][1]}", event_address=f"127.0.0.1:{ports[name][0]}",
-                        router_id=rid)), timeout=10)
-                await stub.AddChannel(bpb.AddTopologyChannelRequest(channel=bpb.TopologyChannel(
-                    a="e1", b="e2", bandwidth_bps=10_000_000_000, latency_ms=1, both_directions=True)), timeout=10)
+            cloud = await edge_cloud(tmp, started)
+            routers = cloud.routers
             sim = Child([py, "-m", "gridstat.cli.main", "pmu-sim", "--stations", str(pmus), "--phasors", str(PHASORS),
                          "--frames-per-s", str(RATE), "--listen", "127.0.0.1:0", "--idcode", "1", "--precise"],
                         "pmu-sim")
             started.append(sim)
-            e1, e2 = f"127.0.0.1:{ports['e1'][1]}", f"127.0.0.1:{ports['e2'][1]}"
+            e1, e2 = cloud.e1, cloud.e2
             gateway = Child([py, "-m", "gridstat.cli.main", "pmu-gateway", "--device",
                              f"127.0.0.1:{children.ready_port(sim.ready)}", "--idcode", "1", "--edge", e1, "-o", "json",
                              "--stats-every-s", "1", "--exit-with-parent"], "pmu-gateway")

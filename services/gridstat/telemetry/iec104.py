@@ -14,7 +14,7 @@ from prometheus_client.registry import Collector
 
 #: The gateway's drop reasons (gateways/iec104/errors.py DropReason values).
 DROP_REASONS = ("bad_start", "bad_length", "bad_control", "truncated", "bad_field", "bad_time", "unsupported_type",
-                "bad_sequence", "bad_ack", "kind_mismatch", "unmapped", "name_taken")
+                "bad_cause", "bad_sequence", "bad_ack", "kind_mismatch", "unmapped", "name_taken")
 #: stats key -> (metric name, help)
 COUNTERS = {
     "values": ("gridstat_iec104_values_total", "Information objects read from monitored ASDUs"),

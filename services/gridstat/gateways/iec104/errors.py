@@ -31,6 +31,10 @@ class DropReason(enum.Enum):
     BAD_TIME = "bad_time"
     #: A type identification the gateway does not read (counters, bit strings, commands, ...).
     UNSUPPORTED_TYPE = "unsupported_type"
+    #: A cause of transmission the standard does not allow for the type in the monitor direction: a
+    #: C_IC_NA_1 or C_CS_NA_1 that is no confirmation, termination or refusal, an M_EI_NA_1 whose cause
+    #: is not "initialized" (IEC 60870-5-101 7.2.3, IEC 60870-5-104 Table 2).
+    BAD_CAUSE = "bad_cause"
     #: An I frame whose N(S) is not the V(R) expected: the connection is closed (5.1).
     BAD_SEQUENCE = "bad_sequence"
     #: An N(R) that acknowledges I frames never sent: the connection is closed.

@@ -46,6 +46,18 @@ log = logging.getLogger(__name__)
 _TYPE_NAMES = {int(t): t.name for t in TypeId}
 
 
+#: The causes an outstation answers a command with (confirmations, termination, refusals; 7.2.3).
+_ANSWER_CAUSES = frozenset({Cot.ACTIVATION_CON, Cot.DEACTIVATION_CON, Cot.ACTIVATION_TERMINATION, Cot.UNKNOWN_TYPE,
+                            Cot.UNKNOWN_CAUSE, Cot.UNKNOWN_COMMON_ADDRESS, Cot.UNKNOWN_IOA})
+
+
+def _check_cause(cot: int, allowed: frozenset[int], type_name: str) -> None:
+    """A command type's or M_EI_NA_1's cause of transmission, or a BAD_CAUSE drop."""
+    if cot not in allowed:
+        raise Iec104Error(DropReason.BAD_CAUSE, f"{type_name} with cause of transmission {cot}",
+                          field="cause of transmission")
+
+
 class LinkState(enum.Enum):
     DISCONNECTED = "disconnected"
     CONNECTING = "connecting"
@@ -262,9 +274,11 @@ class Iec104Session:
             if header.type_id in MONITORED:
                 values = decode_values(header, asdu)
             elif header.type_id == TypeId.C_IC_NA_1:
+                _check_cause(header.cot, _ANSWER_CAUSES, "C_IC_NA_1")
                 self._on_interrogation(header.cot, header.negative, header.common_address)
                 values = []
             elif header.type_id == TypeId.M_EI_NA_1:
+                _check_cause(header.cot, frozenset({Cot.INITIALIZED}), "M_EI_NA_1")
                 stats.end_of_initialization += 1
                 log.info("outstation: end of initialization of station %d: interrogating again",
                          header.common_address)
@@ -275,6 +289,7 @@ class Iec104Session:
                 raise Iec104Error(DropReason.UNSUPPORTED_TYPE, f"type identification {header.type_id}",
                                   field="type identification")
             else:
+                _check_cause(header.cot, _ANSWER_CAUSES, name)
                 values = []  # C_CS_NA_1 and the like: read, nothing to publish
         except Iec104Error as exc:
             stats.drops.count_error(exc)

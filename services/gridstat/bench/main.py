@@ -211,19 +211,20 @@ def run(args: argparse.Namespace) -> int:
     if args.bench == "iec104":
         from gridstat.bench import iec104
 
-        runs = iec104.run_iec104_bench(points=args.points, reps=args.reps or (1 if args.quick else 2),
-                                       quick=args.quick, log=_log)
-        return _publish(iec104.report(runs, report.facts_md(facts)), target, "iec104")
+        iec104_runs = iec104.run_iec104_bench(points=args.points, reps=args.reps or (1 if args.quick else 2),
+                                              quick=args.quick, log=_log)
+        return _publish(iec104.report(iec104_runs, report.facts_md(facts)), target, "iec104")
     if args.bench == "goose":
-        runs = goose_bench.run_goose_bench(blocks=args.blocks, members=args.members, states_per_s=args.states_per_s,
-                                           reps=args.reps or (1 if args.quick else 2),
-                                           window_s=5.0 if args.quick else 10.0, log=_log)
-        return _publish(goose_bench.report(runs, report.facts_md(facts)), target, "goose")
+        goose_runs = goose_bench.run_goose_bench(blocks=args.blocks, members=args.members,
+                                                 states_per_s=args.states_per_s,
+                                                 reps=args.reps or (1 if args.quick else 2),
+                                                 window_s=5.0 if args.quick else 10.0, log=_log)
+        return _publish(goose_bench.report(goose_runs, report.facts_md(facts)), target, "goose")
     if args.bench == "dnp3":
-        runs = dnp3_bench.run_dnp3_bench(analogs=args.analogs or (300 if args.quick else 1_000),
-                                         reps=args.reps or (1 if args.quick else 2),
-                                         window_s=5.0 if args.quick else 10.0, log=_log)
-        return _publish(dnp3_bench.report(runs, report.facts_md(facts)), target, "dnp3")
+        dnp3_runs = dnp3_bench.run_dnp3_bench(analogs=args.analogs or (300 if args.quick else 1_000),
+                                              reps=args.reps or (1 if args.quick else 2),
+                                              window_s=5.0 if args.quick else 10.0, log=_log)
+        return _publish(dnp3_bench.report(dnp3_runs, report.facts_md(facts)), target, "dnp3")
     if args.bench == "auth":
         from gridstat.bench import auth
 

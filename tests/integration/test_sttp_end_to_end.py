@@ -163,6 +163,10 @@ class Reader:
         return out
 
     def close(self) -> None:
+        # Auto-reconnect off before the disconnect (as library.SourceSubscriber.stop): sttpapi's disconnect
+        # and reconnect threads can otherwise wait for each other for ever.
+        with contextlib.suppress(Exception):
+            self.subscriber._datasubscriber.connector.cancel()
         with contextlib.suppress(Exception):
             self.subscriber.disconnect()
         self.subscriber.dispose()

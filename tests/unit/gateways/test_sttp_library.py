@@ -86,6 +86,9 @@ class Reader:
         assert self.subscribed.wait(10)
 
     def close(self) -> None:
+        # As library.SourceSubscriber.stop: auto-reconnect off before the disconnect, or sttpapi's disconnect
+        # and reconnect threads (not daemons) can wait for each other for ever, and the run never exits.
+        self.sub._datasubscriber.connector.cancel()
         self.sub.disconnect()
         self.sub.dispose()
 

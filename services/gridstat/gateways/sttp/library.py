@@ -401,6 +401,13 @@ class SourceSubscriber:
 
     def stop(self) -> None:
         self._stopping = True  # the connect attempt it cancels is no failure to report
+        # Auto-reconnect off first: sttpapi's disconnect thread joins its reconnect thread, which, in a
+        # connect attempt, joins the disconnect thread -- both then wait for ever, and so does the
+        # process's exit (they are not daemon threads). Cancelled here, no attempt is left to join.
+        connector = getattr(getattr(self.subscriber, "_datasubscriber", None), "connector", None)
+        if connector is not None:
+            with contextlib.suppress(Exception):
+                connector.cancel()
         with contextlib.suppress(Exception):
             self.subscriber.disconnect()
         with contextlib.suppress(Exception):

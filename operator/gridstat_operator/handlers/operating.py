@@ -15,6 +15,18 @@ from gridstat_operator import resources
 from gridstat_operator.handlers import common
 
 
+@kopf.on.login()
+def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+    """The kubeconfig (``KUBECONFIG`` or ``~/.kube/config``), else, in a pod, the service account.
+
+    Looked up when the operator starts. kopf's own fallbacks are chosen when the handlers are first
+    imported, and a process that imported them before ``KUBECONFIG`` was set (a test run, an embedding
+    application) would otherwise find no credentials at all."""
+    info: kopf.ConnectionInfo | None = kopf.login_with_kubeconfig(**kwargs) or \
+        kopf.login_with_service_account(**kwargs)
+    return info
+
+
 @kopf.on.startup()
 async def operator_startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
     """When the operator starts: persistence under our own names, peering, timeouts, the brokers."""

@@ -182,6 +182,13 @@ class QoSBrokerServicer(pb_grpc.QoSBrokerServicer):
             return pb.RegisterPublicationReply(publication=self._publication(var.full_name))
         return await rpc.guarded(context, call)
 
+    def _published_here(self, full_name: str) -> bool:
+        try:
+            self.broker.state.registry.lookup(full_name)
+        except UnknownVariable:
+            return False
+        return True
+
     def _publication(self, full_name: str) -> pb.Publication:
         v = self.broker.state.registry.lookup(full_name)
         edge = self.broker.state.clients.get(("publisher", v.publisher))
@@ -206,22 +213,34 @@ class QoSBrokerServicer(pb_grpc.QoSBrokerServicer):
                 raise ValidationError("a subscription needs QoS for at least one mode", field="subscription.qos")
             qos = [qos_from_pb(q) for q in s.qos]
             t = type_from_pb(s.type, field="subscription.type")
-            try:
-                self.broker.bind_identity(context, s.subscriber, field="subscription.subscriber")
-                self.broker.authorize("subscribe", s.subscriber, s.variable, field="subscription.variable")
-                record = await self.broker.subscribe(s.subscriber, s.variable, t, qos, edge_router=s.edge_router,
-                                                     subscription_id=s.subscription_id)
-            except UnknownVariable as exc:
-                if self.broker.uplink is None:  # not published here and no parent to ask
+            for attempt in (1, 2):
+                try:
+                    self.broker.bind_identity(context, s.subscriber, field="subscription.subscriber")
+                    self.broker.authorize("subscribe", s.subscriber, s.variable, field="subscription.variable")
+                    record = await self.broker.subscribe(s.subscriber, s.variable, t, qos,
+                                                         edge_router=s.edge_router, subscription_id=s.subscription_id)
+                except UnknownVariable as exc:
+                    if self.broker.uplink is None:  # not published here and no parent to ask
+                        return pb.SubscribeReply(admitted=False, subscription=s, rejection=rejection(exc))
+                    # Registered here while the parent was asked (it then finds the variable in this very
+                    # cloud and refuses): admitted here after all, on the second attempt.
+                    try:  # inter-cloud: delegated up to the lowest common ancestor (delegation.UpLink)
+                        up = await self.broker.uplink.subscribe(self.broker.cloud, s)
+                    except (GridStatError, grpc.aio.AioRpcError) as up_exc:
+                        if attempt == 1 and self._published_here(s.variable):
+                            continue
+                        if isinstance(up_exc, ADMISSION_ERRORS):
+                            return pb.SubscribeReply(admitted=False, subscription=s, rejection=rejection(up_exc))
+                        raise
+                    if not up.admitted and attempt == 1 and self._published_here(s.variable):
+                        continue
+                    return up
+                except ControllerRejected as exc:
+                    return pb.SubscribeReply(admitted=False, subscription=s, rejection=rejection(exc),
+                                             admission=exc.note)
+                except ADMISSION_ERRORS as exc:
                     return pb.SubscribeReply(admitted=False, subscription=s, rejection=rejection(exc))
-                try:  # inter-cloud: delegated up to the lowest common ancestor (delegation.UpLink)
-                    return await self.broker.uplink.subscribe(self.broker.cloud, s)
-                except ADMISSION_ERRORS as up_exc:
-                    return pb.SubscribeReply(admitted=False, subscription=s, rejection=rejection(up_exc))
-            except ControllerRejected as exc:
-                return pb.SubscribeReply(admitted=False, subscription=s, rejection=rejection(exc), admission=exc.note)
-            except ADMISSION_ERRORS as exc:
-                return pb.SubscribeReply(admitted=False, subscription=s, rejection=rejection(exc))
+                break
             reply = record_to_reply(self.broker, record)
             note = self.broker.subscriptions.notes.pop(record.subscription_id, None)
             if note is not None:
